@@ -1,0 +1,186 @@
+"""Input validation shared by every public entry point.
+
+Every check raises :class:`ValueError` (or :class:`TypeError` for dtype problems) with a
+message that names the argument and echoes the offending value or shape, so bad input
+never turns into a wrong answer.
+
+Dtype policy (documented in the README): real integer and floating inputs are cast to
+``float64``; booleans, complex numbers, objects and strings are refused.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "as_float_array",
+    "check_bank",
+    "check_queries",
+    "check_epsilon",
+    "check_delta",
+    "check_steps",
+    "check_positive",
+    "check_nonnegative",
+    "check_int_at_least",
+    "check_radius_beta",
+    "check_rng",
+]
+
+
+def _is_real_scalar(x: Any) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def _scalar(name: str, value: Any) -> float:
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if not _is_real_scalar(value):
+        raise TypeError(f"{name} must be a real number. Found {value!r}.")
+    value = float(value)
+    if math.isnan(value):
+        raise ValueError(f"{name} must not be NaN. Found {value}.")
+    return value
+
+
+def check_positive(name: str, value: Any, *, allow_inf: bool = False) -> float:
+    """Return ``value`` as a float, requiring ``value > 0`` (and finite unless allowed)."""
+    v = _scalar(name, value)
+    if math.isinf(v) and not (allow_inf and v > 0):
+        raise ValueError(f"{name} must be finite. Found {v}.")
+    if not v > 0:
+        raise ValueError(f"{name} must be > 0. Found {v}.")
+    return v
+
+
+def check_nonnegative(name: str, value: Any, *, allow_inf: bool = False) -> float:
+    """Return ``value`` as a float, requiring ``value >= 0`` (and finite unless allowed)."""
+    v = _scalar(name, value)
+    if math.isinf(v) and not (allow_inf and v > 0):
+        raise ValueError(f"{name} must be finite. Found {v}.")
+    if v < 0:
+        raise ValueError(f"{name} must be >= 0. Found {v}.")
+    return v
+
+
+def check_epsilon(epsilon: Any, name: str = "epsilon") -> float:
+    """ε must be finite and > 0."""
+    return check_positive(name, epsilon)
+
+
+def check_delta(delta: Any, name: str = "delta") -> float:
+    """δ must lie in the open interval (0, 1)."""
+    v = _scalar(name, delta)
+    if not 0.0 < v < 1.0:
+        raise ValueError(f"{name} must lie in (0, 1). Found {v}.")
+    return v
+
+
+def check_int_at_least(name: str, value: Any, minimum: int) -> int:
+    """Return ``value`` as an int, requiring an integer ``>= minimum``."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            fv = float(value)
+            if math.isfinite(fv) and fv == int(fv):
+                value = int(fv)
+            else:
+                raise TypeError(f"{name} must be an integer. Found {value!r}.")
+        else:
+            raise TypeError(f"{name} must be an integer. Found {value!r}.")
+    value = int(value)
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}. Found {value}.")
+    return value
+
+
+def check_steps(steps: Any, name: str = "steps") -> int:
+    """The horizon T must be an integer >= 1."""
+    return check_int_at_least(name, steps, 1)
+
+
+def as_float_array(name: str, x: Any) -> np.ndarray:
+    """Convert ``x`` to a C-contiguous float64 array, refusing non-real dtypes and
+    non-finite values."""
+    arr = np.asarray(x)
+    if arr.dtype == bool:
+        raise TypeError(f"{name} must hold real numbers; got a boolean array.")
+    if arr.dtype.kind not in "iuf":
+        raise TypeError(
+            f"{name} must hold real numbers (integer or float); got dtype {arr.dtype}."
+        )
+    arr = np.ascontiguousarray(arr, dtype=np.float64)
+    if not np.all(np.isfinite(arr)):
+        bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+        raise ValueError(f"{name} contains {bad} non-finite value(s) (NaN or inf).")
+    return arr
+
+
+def check_bank(bank: Any, name: str = "bank") -> np.ndarray:
+    """A memory bank is a non-empty ``(n, d)`` real array with finite entries."""
+    arr = as_float_array(name, bank)
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D array of shape (n, d); got shape {arr.shape}.")
+    if arr.shape[0] == 0:
+        raise ValueError(f"{name} is empty: it must hold at least one memory (n >= 1).")
+    if arr.shape[1] == 0:
+        raise ValueError(f"{name} has dimension d = 0; need d >= 1.")
+    return arr
+
+
+def check_queries(queries: Any, dim: int, name: str = "queries") -> tuple[np.ndarray, bool]:
+    """Queries: ``(Q, d)`` or a single ``(d,)`` vector. Returns ``(array_2d, was_1d)``."""
+    arr = as_float_array(name, queries)
+    was_1d = arr.ndim == 1
+    if was_1d:
+        arr = arr[None, :]
+    if arr.ndim != 2:
+        raise ValueError(
+            f"{name} must have shape (Q, d) or (d,); got shape {np.shape(queries)}."
+        )
+    if arr.shape[1] != dim:
+        raise ValueError(
+            f"dimension mismatch: {name} have d = {arr.shape[1]} but the bank has d = {dim}."
+        )
+    if arr.shape[0] == 0:
+        raise ValueError(f"{name} is empty: need at least one query.")
+    return arr, was_1d
+
+
+def check_radius_beta(beta: Any, radius: Any) -> float:
+    """Exactly one of β and r; returns the radius ``r = sqrt(2/β)``."""
+    if (beta is None) == (radius is None):
+        raise ValueError(
+            "give exactly one of beta and radius (r = sqrt(2/beta)); "
+            f"got beta={beta!r}, radius={radius!r}."
+        )
+    if beta is not None:
+        b = check_positive("beta", beta)
+        r = math.sqrt(2.0 / b)
+        if not (math.isfinite(r) and r > 0):
+            raise ValueError(f"beta = {b} gives a radius sqrt(2/beta) that is not finite and > 0.")
+        return r
+    return check_positive("radius", radius)
+
+
+def check_rng(seed: Any = None) -> np.random.Generator:
+    """The one place a ``seed``/``rng`` argument becomes a :class:`numpy.random.Generator`.
+
+    Accepts ``None`` (fresh OS entropy), an int, a :class:`numpy.random.SeedSequence`,
+    or an existing Generator (returned as is, so draws continue its stream).
+    """
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if isinstance(seed, np.random.RandomState):
+        raise TypeError("legacy numpy RandomState is not accepted; pass a Generator or an int seed.")
+    if seed is None or isinstance(seed, np.random.SeedSequence):
+        return np.random.default_rng(seed)
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"seed must be None, an int, a SeedSequence or a Generator. Found {seed!r}.")
+    if int(seed) < 0:
+        raise ValueError(f"seed must be >= 0. Found {seed}.")
+    return np.random.default_rng(int(seed))
