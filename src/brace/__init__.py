@@ -1,2 +1,30 @@
-"""brace: differentially private retrieval from dense associative memories."""
+"""brace: differentially private retrieval from dense associative memories.
+
+Main entry points: :class:`LSRMemory` / :class:`LSEMemory` (spec §1),
+:func:`private_retrieve` (BRACE and baselines, spec §2–§5),
+:mod:`brace.accounting` (spec §4).
+"""
+
+from .mechanisms import (
+    METHODS,
+    CertificateTrace,
+    NotPrivateWarning,
+    PrivateRetrievalResult,
+    certificate,
+    private_retrieve,
+)
+from .memory import LSEMemory, LSRMemory
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "METHODS",
+    "CertificateTrace",
+    "LSEMemory",
+    "LSRMemory",
+    "NotPrivateWarning",
+    "PrivateRetrievalResult",
+    "certificate",
+    "private_retrieve",
+    "__version__",
+]

@@ -113,7 +113,9 @@ def as_float_array(name: str, x: Any) -> np.ndarray:
         raise TypeError(
             f"{name} must hold real numbers (integer or float); got dtype {arr.dtype}."
         )
-    arr = np.ascontiguousarray(arr, dtype=np.float64)
+    # np.asarray(order="C") keeps a 0-d input 0-d (np.ascontiguousarray would turn it into
+    # shape (1,), so a scalar could pass as a 1-d query against a d = 1 bank).
+    arr = np.asarray(arr, dtype=np.float64, order="C")
     if not np.all(np.isfinite(arr)):
         bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
         raise ValueError(f"{name} contains {bad} non-finite value(s) (NaN or inf).")
@@ -164,7 +166,13 @@ def check_radius_beta(beta: Any, radius: Any) -> float:
         if not (math.isfinite(r) and r > 0):
             raise ValueError(f"beta = {b} gives a radius sqrt(2/beta) that is not finite and > 0.")
         return r
-    return check_positive("radius", radius)
+    r = check_positive("radius", radius)
+    if not (r * r > 0 and math.isfinite(r * r)):
+        raise ValueError(
+            f"radius = {r} is out of range: r**2 (and beta = 2/r**2) must be a positive "
+            "finite float64."
+        )
+    return r
 
 
 def check_rng(seed: Any = None) -> np.random.Generator:
@@ -176,11 +184,15 @@ def check_rng(seed: Any = None) -> np.random.Generator:
     if isinstance(seed, np.random.Generator):
         return seed
     if isinstance(seed, np.random.RandomState):
-        raise TypeError("legacy numpy RandomState is not accepted; pass a Generator or an int seed.")
+        raise TypeError(
+            "legacy numpy RandomState is not accepted; pass a Generator or an int seed."
+        )
     if seed is None or isinstance(seed, np.random.SeedSequence):
         return np.random.default_rng(seed)
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"seed must be None, an int, a SeedSequence or a Generator. Found {seed!r}.")
+        raise TypeError(
+            f"seed must be None, an int, a SeedSequence or a Generator. Found {seed!r}."
+        )
     if int(seed) < 0:
         raise ValueError(f"seed must be >= 0. Found {seed}.")
     return np.random.default_rng(int(seed))

@@ -1,0 +1,5 @@
+"""Experiment pipelines that reproduce the paper's anchors (spec §7).
+
+Modules here may need the optional extras (``experiments``: tqdm, matplotlib;
+``mnist``: torch); the core :mod:`brace` package never imports them.
+"""

@@ -1,0 +1,483 @@
+"""Private retrieval: BRACE and its baselines (spec §2, §3; proof in ``docs/privacy.md``).
+
+``private_retrieve(memory, queries, method=…)`` releases, for each query ``q``:
+
+=========  ====================================================  ==========================
+method     release                                               noise std per step
+=========  ====================================================  ==========================
+brace      ``Y_t = Π_{B̄(q,(t+1)r)}(Q_t + ξ_t)`` (spec §3)          ``Δ̄_t / sqrt(2ρ_t)``
+global     ``Y_t = Π(Φ_D(Y_{t-1}) + ξ_t)``                        ``2r / sqrt(2ρ_t)``
+endpoint   ``Y = Π(z_T + ξ)`` (one release)                       ``2Tr / sqrt(2ρ)``
+naive      ``Y_t = Π(Φ_D(Y_{t-1}) + ξ_t)`` — **NOT DP**           ``2r/max(1,m_t) / sqrt(2ρ_t)``
+=========  ====================================================  ==========================
+
+``ρ_t`` comes from :func:`brace.accounting.calibrate` (the noise scale is computed
+there; the sensitivity in :mod:`brace.sensitivity`). The naive baseline's noise scale
+depends on the gate count ``m_t = |I(D, Y_{t-1})|``, which leaks it: it is a baseline
+only, warns with :class:`NotPrivateWarning` on every call, and its result says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import accounting
+from ._validation import (
+    check_delta,
+    check_epsilon,
+    check_nonnegative,
+    check_queries,
+    check_rng,
+    check_steps,
+)
+from .memory import LSRMemory
+from .sensitivity import (
+    CleanTrajectoryBound,
+    activation_possible,
+    combine,
+    fixed_centre_bound,
+    n_terms,
+    smooth_max,
+    sorted_segments,
+)
+
+__all__ = [
+    "METHODS",
+    "CertificateTrace",
+    "NotPrivateWarning",
+    "PrivateRetrievalResult",
+    "certificate",
+    "private_retrieve",
+]
+
+METHODS = ("brace", "global", "endpoint", "naive")
+PRIVATE_METHODS = ("brace", "global", "endpoint")
+
+
+class NotPrivateWarning(UserWarning):
+    """Raised (as a warning) whenever a mechanism without a DP guarantee is run."""
+
+
+@dataclass(frozen=True)
+class PrivateRetrievalResult:
+    """What a private retrieval released, and what it cost.
+
+    Arrays have one row per query; ``T`` is the horizon (the endpoint method releases one
+    state, so its per-step arrays have one column).
+
+    Attributes
+    ----------
+    method : str
+    is_private : bool — False only for ``"naive"`` (NOT differentially private).
+    outputs : (Q, T, d) released states ``Y_1..Y_T`` (endpoint: (Q, 1, d)).
+    noise_std : (Q, T) standard deviation of the Gaussian noise of each release.
+    smooth_sensitivity : (Q, T) ``Δ̄_t`` (BRACE only, else None).
+    activated : (Q, T) bool ``H_t`` (BRACE; False for the baselines).
+    gate_clean : (Q, T) ``|I_t| = |I(D, z_{t-1})|``.
+    gate_released : (Q, T) ``|J_t| = |I(D, Y_{t-1})|``.
+    left : (Q, T) ``|I_t \\ J_t|`` (memories that left the clean gate).
+    entered : (Q, T) ``|J_t \\ I_t|`` (memories that entered the released gate).
+    correction_norm : (Q, T) ``‖R_t‖ = ‖z_t - a_t‖``.
+    privacy : :class:`brace.accounting.PrivacySpent` — the budget and per-step ρ.
+    params : dict — radius, kappa, gamma, steps, output_projection, seed.
+    clean : (Q, T+1, d) noiseless trajectory — only when ``return_clean=True``; it is
+        **not private** and must not be released.
+    """
+
+    method: str
+    is_private: bool
+    outputs: np.ndarray
+    noise_std: np.ndarray
+    smooth_sensitivity: np.ndarray | None
+    activated: np.ndarray
+    gate_clean: np.ndarray
+    gate_released: np.ndarray
+    left: np.ndarray
+    entered: np.ndarray
+    correction_norm: np.ndarray
+    privacy: Any
+    params: dict = field(default_factory=dict)
+    clean: np.ndarray | None = None
+
+    @property
+    def effective_count(self) -> np.ndarray | None:
+        """``m̂_t = 2r / Δ̄_t`` (BRACE only)."""
+        if self.smooth_sensitivity is None:
+            return None
+        return 2.0 * self.params["radius"] / self.smooth_sensitivity
+
+    @property
+    def final(self) -> np.ndarray:
+        """Released endpoint ``Y_T``, shape (Q, d)."""
+        return self.outputs[:, -1]
+
+    def to_dict(self, *, include_clean: bool = False) -> dict:
+        """JSON-able dict (arrays as nested lists). ``clean`` only if asked (not private)."""
+        out: dict[str, Any] = {}
+        for k, v in asdict(self).items():
+            if k == "privacy":
+                out[k] = self.privacy.to_dict()
+            elif k == "clean" and not include_clean:
+                continue
+            elif isinstance(v, np.ndarray):
+                out[k] = v.tolist()
+            else:
+                out[k] = v
+        if not self.is_private:
+            out["warning"] = "NOT differentially private (naive baseline)"
+        return out
+
+    def to_json(self, **kw: Any) -> str:
+        return json.dumps(self.to_dict(**kw))
+
+    def __str__(self) -> str:
+        Q, T, d = self.outputs.shape
+        tag = "" if self.is_private else "  [NOT DIFFERENTIALLY PRIVATE]"
+        lines = [
+            f"PrivateRetrievalResult(method={self.method!r}{tag})",
+            f"  queries={Q}, released steps={T}, d={d}",
+            f"  mean noise std per step: {np.round(self.noise_std.mean(axis=0), 6).tolist()}",
+        ]
+        if self.smooth_sensitivity is not None:
+            lines.append(
+                "  mean smooth sensitivity per step: "
+                f"{np.round(self.smooth_sensitivity.mean(axis=0), 6).tolist()}"
+            )
+            lines.append(f"  activation rate per step: {self.activated.mean(axis=0).tolist()}")
+        lines.append(f"  privacy: {self.privacy}")
+        return "\n".join(lines)
+
+
+def _project(points: np.ndarray, centres: np.ndarray, radius: float | np.ndarray) -> np.ndarray:
+    """Euclidean projection of each row onto the closed ball ``B̄(centre, radius)``."""
+    diff = points - centres
+    norm = np.linalg.norm(diff, axis=1)
+    radius = np.broadcast_to(np.asarray(radius, dtype=np.float64), norm.shape)
+    scale = np.where(norm > radius, radius / np.where(norm > 0, norm, 1.0), 1.0)
+    return centres + diff * scale[:, None]
+
+
+def _check_noise(noise: Any, shape: tuple[int, ...]) -> np.ndarray | None:
+    if noise is None:
+        return None
+    arr = np.asarray(noise)
+    if arr.dtype.kind not in "f":
+        raise TypeError(f"noise must be a float array of standard normal draws; got {arr.dtype}.")
+    if arr.shape != shape:
+        raise ValueError(f"noise must have shape {shape} (Q, T, d); got {arr.shape}.")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("noise contains non-finite values.")
+    return arr.astype(np.float64, copy=False)
+
+
+def private_retrieve(
+    memory: LSRMemory,
+    queries: Any,
+    *,
+    method: str,
+    epsilon: float,
+    delta: float,
+    steps: int,
+    kappa: float = 0.0,
+    gamma: float | None = None,
+    accounting: str = "rdp",
+    output_projection: bool = True,
+    seed: Any = None,
+    noise: Any = None,
+    return_clean: bool = False,
+) -> PrivateRetrievalResult:
+    """Release a retrieval trajectory from an LSR memory under (ε, δ)-DP.
+
+    Parameters
+    ----------
+    memory : LSRMemory
+        The bank (the private data) and radius ``r``.
+    queries : array_like, (Q, d) or (d,)
+        Public queries ``q``.
+    method : {"brace", "global", "endpoint", "naive"}
+        ``"naive"`` is **not differentially private** (warns with NotPrivateWarning).
+    epsilon, delta : float
+        Target (ε, δ) for the whole released trajectory of each query (ε > 0, δ ∈ (0,1)).
+    steps : int
+        Horizon ``T ≥ 1``.
+    kappa : float, default 0
+        BRACE activation threshold κ ≥ 0 (``H_t = 1{‖R_t‖² > κTr²}``); ``inf`` never
+        corrects. κ ≥ (2T+1)²/T with the output projection also never activates.
+    gamma : float or None
+        Smoothness γ of Δ̄ (BRACE). None: the data-independent rule of
+        :func:`brace.accounting.choose_gamma`.
+    accounting : {"rdp", "paper"}
+        How the budget is split over steps (see :mod:`brace.accounting`).
+    output_projection : bool, default True
+        Project each release onto ``B̄(q, (t+1)r)`` (post-processing).
+    seed : None, int, SeedSequence or Generator
+        Source of every random draw.
+    noise : array (Q, T, d), optional
+        Standard normal innovations to use instead of drawing them (shape (Q, 1, d) for
+        ``"endpoint"``): pass the same array to two methods to share noise draws, as in
+        the paper's naive-vs-BRACE comparison.
+    return_clean : bool
+        Also return the noiseless trajectory (NOT private; for evaluation only).
+
+    Returns
+    -------
+    PrivateRetrievalResult
+
+    Notes
+    -----
+    Privacy is per query: each query's release is (ε, δ)-DP with respect to replacing
+    one memory. Answering several queries on the same bank composes (spec §4).
+    """
+    if not isinstance(memory, LSRMemory):
+        raise TypeError(f"memory must be an LSRMemory; got {type(memory).__name__}.")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}; got {method!r}.")
+    X, _ = memory._bank()
+    r = memory.radius_
+    q, was_1d = check_queries(queries, X.shape[1], name="queries")
+    eps = check_epsilon(epsilon)
+    dlt = check_delta(delta)
+    T = check_steps(steps)
+    kap = check_nonnegative("kappa", kappa, allow_inf=True)
+    if accounting not in ("rdp", "paper"):
+        raise ValueError(f"accounting must be 'rdp' or 'paper'; got {accounting!r}.")
+    if gamma is not None:
+        gamma = check_nonnegative("gamma", gamma)
+        if method == "brace" and gamma == 0:
+            raise ValueError("gamma must be > 0 for BRACE (γ = 0 is global sensitivity).")
+    Q, d = q.shape
+    releases = 1 if method == "endpoint" else T
+    xi = _check_noise(noise, (Q, releases, d))
+    rng = check_rng(seed)
+    if xi is None:
+        xi = rng.standard_normal((Q, releases, d))
+    if method == "naive":
+        warnings.warn(
+            "method='naive' is NOT differentially private: its noise scale 2r/max(1, m_t) "
+            "reveals the gate count. Use it only as a baseline.",
+            NotPrivateWarning,
+            stacklevel=2,
+        )
+    spent = accounting_module_calibrate(
+        eps, dlt, releases, dim=d, gamma=gamma if method == "brace" else 0.0,
+        accounting=accounting, mechanism=method,
+    )
+    mult = 1.0 / math.sqrt(2.0 * spent.rho_per_step)
+    params = {
+        "radius": r,
+        "kappa": kap,
+        "gamma": spent.gamma,
+        "steps": T,
+        "output_projection": bool(output_projection),
+        "seed": seed if isinstance(seed, int | type(None)) else repr(seed),
+        "accounting": accounting,
+    }
+    if method == "endpoint":
+        res = _endpoint(memory, q, T, r, mult, xi, output_projection, spent, params, return_clean)
+    else:
+        res = _iterative(
+            memory, q, method, T, r, kap, spent, mult, xi, output_projection, params,
+            return_clean,
+        )
+    return res
+
+
+@dataclass(frozen=True)
+class CertificateTrace:
+    """Pre-noise outputs and smooth bounds of a method along a given public history.
+
+    ``pre_noise`` (Q, T, d): ``Q_t(D; y_{<t})``; ``noise_scale`` (Q, T): the sensitivity
+    the method calibrates to (``Δ̄_t`` for BRACE); ``G`` (BRACE): list over t of the
+    ``(Q, K+1)`` arrays ``G_D(k)``.
+    """
+
+    pre_noise: np.ndarray
+    noise_scale: np.ndarray
+    G: list | None
+
+
+def certificate(
+    memory: LSRMemory,
+    queries: Any,
+    history: Any,
+    *,
+    method: str = "brace",
+    steps: int,
+    kappa: float = 0.0,
+    gamma: float,
+    output_projection: bool = True,
+) -> CertificateTrace:
+    """Evaluate a mechanism's pre-noise outputs and noise scales along a fixed history.
+
+    ``history`` holds ``Y_0 = q, Y_1, …, Y_{T-1}`` (shape (Q, T, d); a further column is
+    ignored). Each step ``t`` uses only ``Y_{<t}``, exactly as the mechanism does, so
+    this is the function whose sensitivity the certificate bounds — used by the
+    validity tests and by the privacy audit to recompute both banks' Gaussian means and
+    scales along an observed release.
+    """
+    if method not in ("brace", "global", "naive"):
+        raise ValueError(f"certificate is defined for iterative methods; got {method!r}.")
+    X, _ = memory._bank()
+    r = memory.radius_
+    q, _ = check_queries(queries, X.shape[1], name="queries")
+    T = check_steps(steps)
+    kap = check_nonnegative("kappa", kappa, allow_inf=True)
+    g = check_nonnegative("gamma", gamma)
+    h = np.asarray(history, dtype=np.float64)
+    if h.ndim != 3 or h.shape[0] != q.shape[0] or h.shape[2] != q.shape[1] or h.shape[1] < T:
+        raise ValueError(f"history must have shape (Q, T, d) = {(q.shape[0], T, q.shape[1])};"
+                         f" got {h.shape}.")
+    hist = np.zeros((q.shape[0], T + 1, q.shape[1]))
+    hist[:, :T] = h[:, :T]
+
+    class _Spent:
+        gamma = g
+
+    trace: dict = {}
+    res = _iterative(memory, q, method, T, r, kap, _Spent, 1.0, None, output_projection, {},
+                     False, history=hist, trace=trace)
+    scale = res.smooth_sensitivity if method == "brace" else res.noise_std
+    return CertificateTrace(np.stack(trace["pre_noise"], axis=1), scale, trace.get("G"))
+
+
+def accounting_module_calibrate(*args: Any, **kw: Any):
+    """Indirection so tests can check which calibration each method requests."""
+    return accounting.calibrate(*args, **kw)
+
+
+def _endpoint(memory, q, T, r, mult, xi, proj, spent, params, return_clean):
+    clean = memory.retrieve(q, T)
+    std = 2.0 * T * r * mult
+    y = clean[:, -1] + std * xi[:, 0]
+    if proj:
+        y = _project(y, q, (T + 1) * r)
+    Q = q.shape[0]
+    zeros = np.zeros((Q, 1), dtype=np.int64)
+    return PrivateRetrievalResult(
+        method="endpoint",
+        is_private=True,
+        outputs=y[:, None, :],
+        noise_std=np.full((Q, 1), std),
+        smooth_sensitivity=None,
+        activated=np.zeros((Q, 1), dtype=bool),
+        gate_clean=zeros,
+        gate_released=zeros.copy(),
+        left=zeros.copy(),
+        entered=zeros.copy(),
+        correction_norm=np.zeros((Q, 1)),
+        privacy=spent,
+        params=params,
+        clean=clean if return_clean else None,
+    )
+
+
+def _iterative(
+    memory, q, method, T, r, kappa, spent, mult, xi, proj, params, return_clean,
+    history=None, trace=None,
+):
+    """Run an iterative method. With ``history`` (Q, T+1, d), the released states are
+    taken from it instead of being drawn (used to evaluate the certificate along a given
+    public history); ``trace`` (a dict) then collects pre-noise points and ``G``."""
+    Q, d = q.shape
+    n = memory.n_memories
+    brace = method == "brace"
+    theta = math.sqrt(kappa * T) * r if math.isfinite(kappa) else math.inf
+    # Public shortcut (spec §5 corollary): with the projection, ‖q - Y_{t-1}‖ ≤ t r, so
+    # the public activation bound (2t+1) r ≤ (2T+1) r; if θ ≥ that, no bank activates.
+    never_activates = (not math.isfinite(theta)) or (proj and theta >= (2 * T + 1) * r)
+    K = n_terms(n, spent.gamma) if brace else 0
+    clean_bound = (
+        CleanTrajectoryBound(Q, K, r) if brace and not never_activates else None
+    )
+    z = np.empty((Q, T + 1, d))
+    z[:, 0] = q
+    Y = np.empty((Q, T + 1, d))
+    Y[:, 0] = q
+    shape = (Q, T)
+    std = np.zeros(shape)
+    smooth = np.zeros(shape) if brace else None
+    activated = np.zeros(shape, dtype=bool)
+    gate_clean = np.zeros(shape, dtype=np.int64)
+    gate_rel = np.zeros(shape, dtype=np.int64)
+    inter = np.zeros(shape, dtype=np.int64)
+    rnorm = np.zeros(shape)
+    idx = np.arange(Q)
+    for t in range(1, T + 1):
+        centres = np.concatenate([z[:, t - 1], Y[:, t - 1]])
+        gp = memory.gate_pass(
+            centres,
+            pairs=(idx, idx + Q),
+            near_centres=idx if clean_bound is not None else None,
+            near_radius=2.0 * r * (1.0 + 4.0 * 1e-9),
+        )
+        means = gp.means(centres)
+        z[:, t] = means[:Q]
+        a_t = means[Q:]
+        m_t = gp.counts[Q:]
+        gate_clean[:, t - 1] = gp.counts[:Q]
+        gate_rel[:, t - 1] = m_t
+        inter[:, t - 1] = gp.pair_counts
+        R_t = z[:, t] - a_t  # identity R_t = z_t - a_t (spec §3 step 2)
+        rn = np.linalg.norm(R_t, axis=1)
+        rnorm[:, t - 1] = rn
+        y_prev = Y[:, t - 1]
+        if brace:
+            H = (rn * rn > kappa * T * r * r) if not never_activates else np.zeros(Q, bool)
+            activated[:, t - 1] = H
+            pre = _project(a_t + H[:, None] * R_t, y_prev, r)
+            F = fixed_centre_bound(m_t, K, r)
+            if clean_bound is not None:
+                A_t = clean_bound.advance(sorted_segments(gp.near_rows, gp.near_dist, Q))
+                U = activation_possible(
+                    F=F,
+                    A_t=A_t,
+                    dist_z_a=rn,
+                    dist_z_y=np.linalg.norm(z[:, t] - y_prev, axis=1),
+                    dist_q_y=np.linalg.norm(q - y_prev, axis=1),
+                    t=t,
+                    r=r,
+                    threshold=theta,
+                )
+                G = combine(F, U, A_t, theta, r)
+            else:
+                G = F
+            sens = smooth_max(G, spent.gamma, r)
+            smooth[:, t - 1] = sens
+        else:
+            pre = a_t
+            sens = np.full(Q, 2.0 * r) if method == "global" else 2.0 * r / np.maximum(m_t, 1)
+        s_t = sens * mult
+        std[:, t - 1] = s_t
+        if trace is not None:
+            trace.setdefault("pre_noise", []).append(pre)
+            if brace:
+                trace.setdefault("G", []).append(G)
+        if history is not None:
+            Y[:, t] = history[:, t]
+            continue
+        y = pre + s_t[:, None] * xi[:, t - 1]
+        if proj:
+            y = _project(y, q, (t + 1) * r)
+        Y[:, t] = y
+    return PrivateRetrievalResult(
+        method=method,
+        is_private=method in PRIVATE_METHODS,
+        outputs=Y[:, 1:],
+        noise_std=std,
+        smooth_sensitivity=smooth,
+        activated=activated,
+        gate_clean=gate_clean,
+        gate_released=gate_rel,
+        left=gate_clean - inter,
+        entered=gate_rel - inter,
+        correction_norm=rnorm,
+        privacy=spent,
+        params=params,
+        clean=z if return_clean else None,
+    )
