@@ -19,6 +19,7 @@ only, warns with :class:`NotPrivateWarning` on every call, and its result says s
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import warnings
@@ -346,9 +347,16 @@ def certificate(
     return CertificateTrace(np.stack(trace["pre_noise"], axis=1), scale, trace.get("G"))
 
 
-def accounting_module_calibrate(*args: Any, **kw: Any):
-    """Indirection so tests can check which calibration each method requests."""
-    return accounting.calibrate(*args, **kw)
+@functools.lru_cache(maxsize=256)
+def _calibrate_cached(eps, dlt, steps, dim, gamma, acc, method):
+    return accounting.calibrate(eps, dlt, steps, dim=dim, gamma=gamma, accounting=acc,
+                                mechanism=method)
+
+
+def accounting_module_calibrate(eps, dlt, steps, *, dim, gamma, accounting, mechanism):
+    """``accounting.calibrate`` memoised on its (scalar, validated) arguments: calibration
+    is a deterministic function of public parameters, and the γ rule costs tens of ms."""
+    return _calibrate_cached(eps, dlt, steps, dim, gamma, accounting, mechanism)
 
 
 def _endpoint(memory, q, T, r, mult, xi, proj, spent, params, return_clean):
