@@ -39,7 +39,7 @@ Prop. 12 (arXiv 2004.00010 v4)::
     ε(δ) = min_{α > 1} [ ε_RDP(α) + log((α−1)/α) − (log δ + log α)/(α − 1) ],
 
 minimised here over continuous α (a coarse log grid brackets the optimum, then bounded
-Brent). Evaluating the bracket at *any* α is a valid bound, so inexact minimisation can
+Brent). The conversion at *any* α is a valid bound, so inexact minimisation can
 only over-state ε, never under-state it.
 """
 
@@ -757,12 +757,14 @@ def calibrate(
     """Calibrate the per-step noise of a T-step release to a target (ε, δ).
 
     ``gamma=0.0``: fixed-sensitivity Gaussian steps. ``gamma=None``: choose γ with
-    :func:`choose_gamma` (fraction 0.9, RDP rule, data independent; used for both
-    accounting rules). ``accounting="rdp"``: per-step
-    ρ from :func:`calibrate_rho` (RDP composition, exact target). ``accounting="paper"``:
-    the paper's rules — for γ = 0 the zCDP rule ``ρ_step = ρ(ε, δ)/T`` (noise std
-    ``Δ·sqrt(T/(2ρ))``); for γ > 0 per-step budgets ``(ε/T, δ/T)`` with basic
-    composition, ρ_step calibrated so one smooth step is (ε/T, δ/T)-DP.
+    :func:`choose_gamma` (fraction 0.9, data independent): ``choose_gamma(ε, δ, T)``
+    for ``"rdp"``, ``choose_gamma(ε/T, δ/T, 1)`` for ``"paper"`` (its per-step budget).
+
+    ``accounting="rdp"``: per-step ρ from :func:`calibrate_rho` (RDP composition,
+    exact target). ``accounting="paper"``: the paper's rules — for γ = 0 the zCDP rule
+    ``ρ_step = ρ(ε, δ)/T`` (noise std ``Δ·sqrt(T/(2ρ))``); for γ > 0 per-step budgets
+    ``(ε/T, δ/T)`` with basic composition, ρ_step calibrated so one smooth step is
+    (ε/T, δ/T)-DP.
 
     >>> spent = calibrate(128.0, 1e-5, 5, dim=2, gamma=0.05, mechanism="brace")
     >>> round(spent.rho_per_step, 2), round(spent.epsilon_rdp, 6)
@@ -773,13 +775,27 @@ def calibrate(
         raise ValueError(f"accounting must be one of {ACCOUNTING_RULES}. Found {accounting!r}.")
     if not isinstance(mechanism, str):
         raise TypeError(f"mechanism must be a string. Found {mechanism!r}.")
-    g = choose_gamma(eps, dl, t, dim=d) if gamma is None else check_nonnegative("gamma", gamma)
+    if gamma is None:
+        # The paper's γ > 0 rule is the RDP rule applied to one step at (ε/T, δ/T), so the
+        # same choice applied to that budget keeps it feasible.
+        if accounting == "rdp":
+            g = choose_gamma(eps, dl, t, dim=d)
+        else:
+            g = choose_gamma(eps / t, dl / t, 1, dim=d)
+    else:
+        g = check_nonnegative("gamma", gamma)
     if accounting == "rdp":
         rho = _calibrate_rho(eps, dl, t, d, g)
     elif g == 0.0:
         rho = rho_from_eps_delta(eps, dl) / t
     else:
-        rho = _calibrate_rho(eps / t, dl / t, 1, d, g)
+        try:
+            rho = _calibrate_rho(eps / t, dl / t, 1, d, g)
+        except ValueError as err:
+            raise ValueError(
+                f"accounting='paper' makes each of the {t} steps (epsilon/T, delta/T) = "
+                f"({eps / t:.6g}, {dl / t:.6g})-DP, and for that: {err}"
+            ) from err
     spent, alpha = _eps_and_order(rho, t, dl, d, g)
     return PrivacySpent(
         epsilon=eps,

@@ -91,46 +91,53 @@ def gate_pass(
     m = centres.shape[0]
     r2 = radius * radius
     csq = np.einsum("ij,ij->i", centres, centres)
-    counts = np.zeros(m, dtype=np.int64)
-    sums = np.zeros((m, d))
+    # one matmul gives both the gate sums and the counts: [X | 1]
+    acc = np.zeros((m, d + 1))
     pair_counts = None if pairs is None else np.zeros(len(pairs[0]), dtype=np.int64)
     near_rows: list[np.ndarray] = []
     near_dist: list[np.ndarray] = []
     if near_centres is not None:
         near_centres = np.asarray(near_centres, dtype=np.int64)
-        nr2 = float(near_radius) ** 2
+        n_extra = float(near_radius) ** 2 - r2
+    thr = r2 - csq  # ‖X_i - c‖² ≤ r²  ⟺  ‖X_i‖² - 2cᵀX_i - (r² - ‖c‖²) ≤ 0
     bs = _block_size(m, n)
     for b0 in range(0, n, bs):
         Xb = bank[b0 : b0 + bs]
         xsq = bank_sqnorm[b0 : b0 + bs]
-        scale = csq[:, None] + xsq[None, :]
-        d2 = centres @ Xb.T
-        d2 *= -2.0
-        d2 += scale
-        np.maximum(d2, 0.0, out=d2)
-        band = (8.0 * (d + 4) * _EPS) * scale + 1e-300
-        # refine entries whose side of r² is uncertain
-        ci, xi = np.nonzero(np.abs(d2 - r2) <= band)
+        Xb1 = np.empty((Xb.shape[0], d + 1))
+        Xb1[:, :d] = Xb
+        Xb1[:, d] = 1.0
+        # e = d2 - r², from the expansion; its rounding error is below `band` per row
+        e = centres @ Xb.T
+        e *= -2.0
+        e += xsq[None, :]
+        e -= thr[:, None]
+        band = (8.0 * (d + 4) * _EPS) * (csq + xsq.max(initial=0.0)) + 1e-300
+        mask = e <= 0.0
+        # refine entries whose side of r² is uncertain, by the direct formula
+        ci, xi = np.nonzero(np.abs(e) <= band[:, None])
         if ci.size:
             diff = Xb[xi] - centres[ci]
-            d2[ci, xi] = (diff * diff).sum(axis=-1)
-        mask = d2 <= r2
-        counts += mask.sum(axis=1)
+            d2 = (diff * diff).sum(axis=-1)
+            mask[ci, xi] = d2 <= r2
+            e[ci, xi] = d2 - r2
         maskf = mask.astype(np.float64)
-        sums += maskf @ Xb
+        acc += maskf @ Xb1
         if pairs is not None:
             pair_counts += np.einsum("ij,ij->i", maskf[pairs[0]], maskf[pairs[1]]).astype(
                 np.int64
             )
         if near_centres is not None:
-            sub = d2[near_centres]
-            rows, cols = np.nonzero(sub <= nr2 + band[near_centres] + 1e-300)
+            sub = e[near_centres]
+            rows, cols = np.nonzero(sub <= n_extra + band[near_centres, None])
             if rows.size:
                 diff = Xb[cols] - centres[near_centres[rows]]
                 dist = np.sqrt((diff * diff).sum(axis=-1))
                 keep = dist <= near_radius
                 near_rows.append(rows[keep])
                 near_dist.append(dist[keep])
+    counts = np.rint(acc[:, d]).astype(np.int64)
+    sums = np.ascontiguousarray(acc[:, :d])
     if near_centres is not None:
         nrow = np.concatenate(near_rows) if near_rows else np.zeros(0, dtype=np.int64)
         ndist = np.concatenate(near_dist) if near_dist else np.zeros(0)
