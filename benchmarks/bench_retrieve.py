@@ -28,12 +28,10 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import platform
 import sys
-import tempfile
 import time
 import tracemalloc
 from typing import Any
@@ -56,6 +54,7 @@ if __name__ == "__main__":
 
 import numpy as np  # noqa: E402
 
+from brace._io import write_json  # noqa: E402
 from brace.memory import LSRMemory  # noqa: E402
 
 
@@ -194,25 +193,6 @@ def threads_info() -> str:
     return ", ".join(f"{k}={v}" for k, v in set_.items()) or "library default"
 
 
-def write_json_atomic(path: str, payload: dict[str, Any]) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".bench_retrieve.", suffix=".tmp", dir=directory)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the usual file mode
-        with os.fdopen(fd, "w") as fh:
-            json.dump(payload, fh, indent=2)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="tiny smoke run (seconds)")
@@ -262,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  done n={n} d={d}: {rows[-1]['time_s']:.4f} s", file=sys.stderr, flush=True)
     print_table(rows)
     if a.json:
-        write_json_atomic(
+        write_json(
             a.json,
             {
                 "benchmark": "bench_retrieve",

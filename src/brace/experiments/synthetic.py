@@ -43,7 +43,7 @@ class SyntheticConfig:
     epsilon: float = 128.0
     delta: float = 1e-5
     kappa: float = 0.0  # highlighted run: correct whenever the gates differ
-    kappa_grid: tuple = (0.0, 0.01, math.inf)
+    kappa_grid: tuple = (0.0, 0.05, math.inf)
     gamma: float | None = None  # None: data-independent rule of brace.accounting
     query_spread: float = 0.35  # queries = a random memory + N(0, spread² I)
     data_seed: int = 0
