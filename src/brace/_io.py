@@ -25,6 +25,9 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
         raise FileNotFoundError(f"output directory does not exist: {parent}")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual file mode
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
