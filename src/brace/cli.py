@@ -161,15 +161,20 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     _add_retrieve(sub)
     _add_account(sub)
-    for name in _PLUGIN_COMMANDS:  # modules that add their own sub-command
+    add_plugins(sub, _PLUGIN_COMMANDS, "add_cli")
+    return parser
+
+
+def add_plugins(sub, modules: Sequence[str], hook: str) -> None:
+    """Let each module in ``modules`` that is installed add its sub-command via ``hook``."""
+    for name in modules:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
             if exc.name != name:
                 raise
             continue
-        module.add_cli(sub)
-    return parser
+        getattr(module, hook)(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
-
 EXPERIMENTS = ("synthetic", "mnist", "coverage", "theory")
 
 
 def add_cli(sub) -> None:
+    from ..cli import add_plugins
+
     p = sub.add_parser("experiment", help="run one of the paper's experiments")
     exp_sub = p.add_subparsers(dest="experiment", metavar="NAME", parser_class=type(p))
     exp_sub.required = True
-    for name in EXPERIMENTS:
-        modname = f"brace.experiments.{name}"
-        try:
-            module = importlib.import_module(modname)
-        except ModuleNotFoundError as exc:
-            if exc.name != modname:
-                raise
-            continue
-        module.add_parser(exp_sub)
+    add_plugins(exp_sub, [f"brace.experiments.{name}" for name in EXPERIMENTS], "add_parser")

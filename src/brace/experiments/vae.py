@@ -19,11 +19,10 @@ Requires the ``mnist`` extra (torch); ``tqdm`` (``experiments`` extra) is option
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
+import io
 import json
 import os
-import tempfile
 import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -48,6 +47,8 @@ from brace.experiments.mnist_data import (
     load_mnist_test,
     split_indices,
 )
+
+from .._io import atomic_write_bytes
 
 __all__ = [
     "PAPER_SEED",
@@ -254,18 +255,10 @@ def _images_digest(x: np.ndarray) -> str:
 
 
 def _atomic_torch_save(obj: Any, path: Path) -> None:
-    """Write to a temporary file in the same directory, fsync, then ``os.replace``."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    """``torch.save`` into memory, then an atomic write (temp file + ``os.replace``)."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    atomic_write_bytes(path, buf.getvalue())
 
 
 def _load_cached(path: Path, config: VAEConfig, key: str) -> VAE:
