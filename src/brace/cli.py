@@ -39,6 +39,10 @@ def _finite_float(text: str) -> float:
     return v
 
 
+def _gamma_arg(text: str) -> float | None:
+    return None if text.strip().lower() == "auto" else _finite_float(text)
+
+
 def _add_retrieve(sub) -> None:
     p = sub.add_parser(
         "retrieve",
@@ -62,7 +66,8 @@ def _add_retrieve(sub) -> None:
     p.add_argument("--epsilon", type=_finite_float, help="ε > 0 (private methods)")
     p.add_argument("--delta", type=_finite_float, default=1e-5, help="δ in (0, 1)")
     p.add_argument("--kappa", type=_finite_float, default=0.0, help="BRACE activation κ >= 0")
-    p.add_argument("--gamma", type=_finite_float, default=None, help="BRACE smoothness γ > 0")
+    p.add_argument("--gamma", type=_gamma_arg, default=None,
+                   help="BRACE smoothness γ > 0 (default 'auto': data-independent rule)")
     p.add_argument("--accounting", choices=["rdp", "paper"], default="rdp")
     p.add_argument("--no-output-projection", action="store_true")
     p.add_argument("--seed", type=int, default=None)
@@ -132,9 +137,10 @@ def _add_account(sub) -> None:
     p.add_argument("--dim", type=int, required=True)
     p.add_argument(
         "--gamma",
-        type=_finite_float,
+        type=_gamma_arg,
         default=0.0,
-        help="smoothness γ of the noise scale (0: fixed sensitivity; -1: choose by rule)",
+        help="smoothness γ of the noise scale (0: fixed sensitivity; 'auto': the "
+        "data-independent rule of brace.accounting.choose_gamma)",
     )
     p.add_argument("--accounting", choices=["rdp", "paper"], default="rdp")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -144,8 +150,7 @@ def _add_account(sub) -> None:
 def _cmd_account(args: argparse.Namespace) -> int:
     from .accounting import calibrate
 
-    gamma = None if args.gamma == -1 else args.gamma
-    spent = calibrate(args.epsilon, args.delta, args.steps, dim=args.dim, gamma=gamma,
+    spent = calibrate(args.epsilon, args.delta, args.steps, dim=args.dim, gamma=args.gamma,
                       accounting=args.accounting)
     print(json.dumps(spent.to_dict(), indent=2) if args.json else spent)
     return 0
