@@ -151,7 +151,14 @@ class PrivateRetrievalResult:
                 f"{np.round(self.smooth_sensitivity.mean(axis=0), 6).tolist()}"
             )
             lines.append(f"  activation rate per step: {self.activated.mean(axis=0).tolist()}")
-        lines.append(f"  privacy: {self.privacy}")
+        if self.is_private:
+            lines.append(f"  privacy: {self.privacy}")
+        else:
+            lines.append(
+                "  privacy: NONE. The noise uses the per-step rho of the nominal budget "
+                f"(rho = {self.privacy.rho_per_step:.6g}) but scales it by 2r/max(1, m_t), "
+                "which reveals the gate count: NOT differentially private."
+            )
         return "\n".join(lines)
 
 
