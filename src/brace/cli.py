@@ -65,7 +65,8 @@ def _add_retrieve(sub) -> None:
     )
     p.add_argument("--epsilon", type=_finite_float, help="ε > 0 (private methods)")
     p.add_argument("--delta", type=_finite_float, default=1e-5, help="δ in (0, 1)")
-    p.add_argument("--kappa", type=_finite_float, default=0.0, help="BRACE activation κ >= 0")
+    p.add_argument("--kappa", type=_finite_float, default=128.0,
+                   help="BRACE activation κ >= 0 (default 128; 0: correct whenever gates differ)")
     p.add_argument("--gamma", type=_gamma_arg, default=None,
                    help="BRACE smoothness γ > 0 (default 'auto': data-independent rule)")
     p.add_argument("--accounting", choices=["rdp", "paper"], default="rdp")
