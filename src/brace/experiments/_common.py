@@ -41,10 +41,13 @@ def versions() -> dict[str, str]:
         "numpy": numpy.__version__,
         "scipy": scipy.__version__,
     }
-    for mod in ("matplotlib", "torch", "tqdm"):
-        m = sys.modules.get(mod)
-        if m is not None:
-            out[mod] = getattr(m, "__version__", "?")
+    from importlib import metadata as md
+
+    for dist in ("matplotlib", "torch", "tqdm"):  # a fixed list, whatever is imported
+        try:
+            out[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            out[dist] = None
     return out
 
 

@@ -122,10 +122,9 @@ def _default_candidates() -> list[Path]:
 
 
 def _not_found(tried: list[tuple[str, Path]]) -> FileNotFoundError:
-    lines = "\n".join(f"  - {p}  ({why})" for why, p in tried)
+    lines = "; ".join(f"{p} ({why})" for why, p in tried)
     return FileNotFoundError(
-        "MNIST test split not found. Tried:\n"
-        f"{lines}\n"
+        f"MNIST test split not found (tried: {lines}). "
         "Pass --data-dir DIR (or data_dir=DIR in Python) or set "
         f"{ENV_VAR}=DIR, where DIR holds {IMAGES_FILE}.gz and {LABELS_FILE}.gz "
         "(uncompressed copies without .gz also work)."
