@@ -105,14 +105,17 @@ def test_account_text_and_json(capsys):
     assert "delta must lie in (0, 1)" in capsys.readouterr().err
 
 
-def test_argparse_errors_exit_2():
+def test_argparse_errors_exit_2(capsys):
     with pytest.raises(SystemExit) as e:
         main(["retrieve", "--bank", "b.npy"])
-    assert "required" in str(e.value.code)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "required" in err[0]
     with pytest.raises(SystemExit) as e:
         main(["retrieve", "--bank", "b", "--queries", "q", "--radius", "nan", "--steps", "1",
               "--out", "o"])
-    assert "NaN" in str(e.value.code)
+    assert e.value.code == 2
+    assert "NaN" in capsys.readouterr().err
 
 
 def test_synthetic_experiment_quick(tmp_path, capsys):

@@ -28,6 +28,7 @@ __all__ = [
     "check_int_at_least",
     "check_radius_beta",
     "check_rng",
+    "check_output_size",
 ]
 
 
@@ -173,6 +174,20 @@ def check_radius_beta(beta: Any, radius: Any) -> float:
             "finite float64."
         )
     return r
+
+
+MAX_OUTPUT_BYTES = 8 * 2**30
+
+
+def check_output_size(shape: tuple[int, ...], what: str) -> None:
+    """Refuse a float64 result larger than ``MAX_OUTPUT_BYTES`` (8 GiB) up front, instead
+    of failing (or swapping) half-way through a long computation."""
+    nbytes = 8 * math.prod(int(s) for s in shape)
+    if nbytes > MAX_OUTPUT_BYTES:
+        raise ValueError(
+            f"{what} of shape {tuple(shape)} would need {nbytes / 2**30:.1f} GiB "
+            f"(limit {MAX_OUTPUT_BYTES / 2**30:.0f} GiB); use fewer steps or queries per call."
+        )
 
 
 def check_rng(seed: Any = None) -> np.random.Generator:

@@ -343,6 +343,8 @@ def _minimize_conversion(
         xs = np.logspace(math.log10(_X_MIN), math.log10(_X_MAX), 181)
     else:
         x_top = alpha_max - 1.0
+        if not x_top > 0.0:  # no finite order left (γ huge): every ε is infinite
+            return math.inf, math.nan
         x_lo = min(_X_MIN, x_top * 1e-3)
         body = np.logspace(math.log10(x_lo), math.log10(x_top), 121)[:-1]
         near_top = x_top * (1.0 - np.logspace(-12.0, -0.5, 24))
@@ -538,14 +540,24 @@ def _eps_and_order(
     return acc.get_epsilon_and_order(delta)
 
 
+EPSILON_RANGE = (1e-6, 1e6)
+GAMMA_MAX = 10.0
+
+
 def _check_common(epsilon, delta, steps, dim, gamma):
-    return (
-        check_epsilon(epsilon),
-        check_delta(delta),
-        check_steps(steps),
-        check_int_at_least("dim", dim, 1),
-        check_nonnegative("gamma", gamma),
-    )
+    """Validate; ε and γ must also lie in the supported ranges (outside them the
+    calibration is meaningless: ρ underflows, or no Rényi order is finite)."""
+    eps = check_epsilon(epsilon)
+    lo, hi = EPSILON_RANGE
+    if not lo <= eps <= hi:
+        raise ValueError(f"epsilon must lie in the supported range [{lo:g}, {hi:g}]. Found {eps}.")
+    g = check_nonnegative("gamma", gamma)
+    if g > GAMMA_MAX:
+        raise ValueError(
+            f"gamma is too large: the supported range is [0, {GAMMA_MAX:g}] (the variance "
+            f"mismatch e^(2 gamma) leaves no finite Renyi order). Found {g}."
+        )
+    return (eps, check_delta(delta), check_steps(steps), check_int_at_least("dim", dim, 1), g)
 
 
 def epsilon_spent(
@@ -591,16 +603,19 @@ def _calibrate_rho(epsilon: float, delta: float, steps: int, dim: int, gamma: fl
             if eps_of(hi) > epsilon:
                 break
             lo = hi
-            if not math.isfinite(lo):  # pragma: no cover - ε(ρ) ≥ Tαρ grows without bound
-                raise RuntimeError("calibrate_rho: could not bracket the target epsilon.")
+            if not math.isfinite(2.0 * lo):
+                raise ValueError(f"epsilon = {epsilon} is too large to calibrate.")
     else:
         while True:
             lo = hi / 2.0
             if eps_of(lo) <= epsilon:
                 break
             hi = lo
-            if lo < 1e-300:  # pragma: no cover - excluded by the floor check above
-                raise RuntimeError("calibrate_rho: could not bracket the target epsilon.")
+            if lo < 1e-300:
+                raise ValueError(
+                    f"epsilon = {epsilon} is too small for delta = {delta}: the required "
+                    "rho per step is below 1e-300."
+                )
     while math.log(hi / lo) > _RHO_RTOL:
         mid = math.sqrt(lo * hi)
         if eps_of(mid) <= epsilon:
@@ -645,6 +660,11 @@ def choose_gamma(
     f = check_positive("fraction", fraction)
     if f > 1.0:
         raise ValueError(f"fraction must lie in (0, 1]. Found {f}.")
+    return _choose_gamma(eps, dl, t, d, f)
+
+
+def _choose_gamma(eps: float, dl: float, t: int, d: int, f: float = 0.9) -> float:
+    """:func:`choose_gamma` on validated inputs."""
     if f == 1.0:
         return 0.0
     target_rho = f * _calibrate_rho(eps, dl, t, d, 0.0)
@@ -657,7 +677,7 @@ def choose_gamma(
         lo, hi = hi, hi * 2.0
         if hi > 1e3:  # pragma: no cover - α_max → 1 makes every ε infinite long before
             raise RuntimeError("choose_gamma: could not bracket gamma.")
-    while hi - lo > _GAMMA_RTOL * hi:
+    while hi - lo > _GAMMA_RTOL * hi and hi > 1e-12:  # below 1e-12, γ = lo (0: global)
         mid = 0.5 * (lo + hi)
         if feasible(mid):
             lo = mid
@@ -779,11 +799,11 @@ def calibrate(
         # The paper's γ > 0 rule is the RDP rule applied to one step at (ε/T, δ/T), so the
         # same choice applied to that budget keeps it feasible.
         if accounting == "rdp":
-            g = choose_gamma(eps, dl, t, dim=d)
+            g = _choose_gamma(eps, dl, t, d)
         else:
-            g = choose_gamma(eps / t, dl / t, 1, dim=d)
+            g = _choose_gamma(eps / t, dl / t, 1, d)
     else:
-        g = check_nonnegative("gamma", gamma)
+        g = _check_common(eps, dl, t, d, gamma)[4]
     if accounting == "rdp":
         rho = _calibrate_rho(eps, dl, t, d, g)
     elif g == 0.0:

@@ -25,8 +25,7 @@ EXPECTED_ERRORS = (ValueError, TypeError, FileNotFoundError, PermissionError, OS
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one clear line, exit 2
-        self.print_usage(sys.stderr)
-        raise SystemExit(f"{self.prog}: error: {message}")
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def _finite_float(text: str) -> float:

@@ -30,9 +30,11 @@ import numpy as np
 
 from . import accounting
 from ._validation import (
+    as_float_array,
     check_delta,
     check_epsilon,
     check_nonnegative,
+    check_output_size,
     check_queries,
     check_rng,
     check_steps,
@@ -265,6 +267,7 @@ def private_retrieve(
         if method == "brace" and gamma == 0:
             raise ValueError("gamma must be > 0 for BRACE (γ = 0 is global sensitivity).")
     Q, d = q.shape
+    check_output_size((2, Q, T + 1, d), "the release and its clean trajectory")
     releases = 1 if method == "endpoint" else T
     xi = _check_noise(noise, (Q, releases, d))
     rng = check_rng(seed)
@@ -342,7 +345,7 @@ def certificate(
     T = check_steps(steps)
     kap = check_nonnegative("kappa", kappa, allow_inf=True)
     g = check_nonnegative("gamma", gamma)
-    h = np.asarray(history, dtype=np.float64)
+    h = as_float_array("history", history)
     if h.ndim != 3 or h.shape[0] != q.shape[0] or h.shape[2] != q.shape[1] or h.shape[1] < T:
         raise ValueError(f"history must have shape (Q, T, d) = {(q.shape[0], T, q.shape[1])};"
                          f" got {h.shape}.")

@@ -28,7 +28,14 @@ from typing import Any
 
 import numpy as np
 
-from ._validation import check_bank, check_positive, check_queries, check_radius_beta, check_steps
+from ._validation import (
+    check_bank,
+    check_output_size,
+    check_positive,
+    check_queries,
+    check_radius_beta,
+    check_steps,
+)
 
 __all__ = ["LSRMemory", "LSEMemory", "GatePass", "gate_pass", "LOG_FLOOR"]
 
@@ -115,7 +122,8 @@ def gate_pass(
         band = (8.0 * (d + 4) * _EPS) * (csq + xsq.max(initial=0.0)) + 1e-300
         mask = e <= 0.0
         # refine entries whose side of r² is uncertain, by the direct formula
-        ci, xi = np.nonzero(np.abs(e) <= band[:, None])
+        # (`~(… > …)` also selects NaN from inf − inf at huge coordinates)
+        ci, xi = np.nonzero(~(np.abs(e) > band[:, None]))
         if ci.size:
             diff = Xb[xi] - centres[ci]
             d2 = (diff * diff).sum(axis=-1)
@@ -192,6 +200,7 @@ class _MemoryBase:
         """
         Y, was_1d = self._points(queries, "queries")
         T = check_steps(steps)
+        check_output_size((Y.shape[0], T + 1, Y.shape[1]), "the trajectory")
         out = np.empty((Y.shape[0], T + 1, Y.shape[1]))
         out[:, 0] = Y
         for t in range(1, T + 1):
@@ -339,6 +348,11 @@ class LSEMemory(_MemoryBase):
         for b0 in range(0, X.shape[0], bs):
             Xb = X[b0 : b0 + bs]
             logits = beta * (Z @ Xb.T)
+            if not np.all(np.isfinite(logits)):
+                raise ValueError(
+                    "beta * z·x overflows float64 in the LSE energy; rescale the bank, "
+                    "the queries or beta."
+                )
             bm = logits.max(axis=1)
             new_m = np.maximum(m, bm)
             scale = np.exp(m - new_m)
