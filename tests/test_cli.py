@@ -42,7 +42,13 @@ def test_retrieve_private_and_naive_warning(files, capsys):
         assert z["outputs"].shape == (3, 3, 2)
         assert bool(z["is_private"])
         assert json.loads(str(z["privacy"]))["epsilon"] == 64
-        assert z["smooth_sensitivity"].shape == (3, 3)
+        # only the release: no data-dependent diagnostics unless asked for
+        assert not any("sensitivity" in k or "gate" in k or "noise" in k for k in z.files)
+    assert "smooth sensitivity" not in capsys.readouterr().out
+    assert main(args + ["--method", "brace", "--out", str(out), "--diagnostics"]) == 0
+    assert "NOT covered by epsilon" in capsys.readouterr().out
+    with np.load(out) as z:
+        assert z["diagnostic_not_private_smooth_sensitivity"].shape == (3, 3)
     capsys.readouterr()
     assert main(args + ["--method", "naive", "--out", str(tmp / "n.npz")]) == 0
     err = capsys.readouterr().err

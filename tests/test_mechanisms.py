@@ -6,6 +6,7 @@ gates by the direct formula, batched over many neighbouring banks at once.
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 
@@ -310,7 +311,10 @@ def test_shapes_and_json(mixture):
         assert res.clean is None
         d = res.to_dict()
         assert d["privacy"]["epsilon"] == 8
-        assert "clean" not in d
+        assert set(d) == {"method", "is_private", "outputs", "queries", "privacy", "params"}
+        full = res.to_dict(include_diagnostics=True)
+        assert set(full["diagnostics_not_private"]) == set(res.diagnostics())
+        json.dumps(full)
     res = private_retrieve(mem, X[0], method="global", epsilon=8, delta=1e-5, steps=2, seed=0,
                            return_clean=True)
     assert res.clean.shape == (1, 3, 2)

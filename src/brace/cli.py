@@ -70,6 +70,12 @@ def _add_retrieve(sub) -> None:
                    help="BRACE smoothness γ > 0 (default 'auto': data-independent rule)")
     p.add_argument("--accounting", choices=["rdp", "paper"], default="rdp")
     p.add_argument("--no-output-projection", action="store_true")
+    p.add_argument(
+        "--diagnostics",
+        action="store_true",
+        help="also write/print per-step diagnostics (gate counts, noise std, smooth "
+        "sensitivity): data-dependent and NOT covered by epsilon",
+    )
     p.add_argument("--seed", type=int, default=None)
     p.set_defaults(func=_cmd_retrieve)
 
@@ -106,13 +112,10 @@ def _cmd_retrieve(args: argparse.Namespace) -> int:
         )
     for w in caught:
         print(f"brace: WARNING: {w.message}", file=sys.stderr)
-    arrays = {
-        k: getattr(res, k)
-        for k in ("outputs", "noise_std", "activated", "gate_clean", "gate_released", "left",
-                  "entered", "correction_norm")
-    }
-    if res.smooth_sensitivity is not None:
-        arrays["smooth_sensitivity"] = res.smooth_sensitivity
+    arrays = {"outputs": res.outputs}
+    if args.diagnostics:  # data-dependent, NOT covered by ε: clearly named
+        arrays.update({f"diagnostic_not_private_{k}": v
+                       for k, v in res.diagnostics().items() if v is not None})
     save_npz(
         args.out,
         **arrays,
@@ -121,7 +124,7 @@ def _cmd_retrieve(args: argparse.Namespace) -> int:
         privacy=json.dumps(res.privacy.to_dict()),
         params=json.dumps(res.params),
     )
-    print(res)
+    print(res.summary(diagnostics=args.diagnostics))
     print(f"wrote {res.outputs.shape} released states to {args.out}")
     return 0
 

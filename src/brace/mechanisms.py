@@ -23,7 +23,7 @@ import functools
 import json
 import math
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -54,6 +54,7 @@ __all__ = [
     "METHODS",
     "CertificateTrace",
     "NotPrivateWarning",
+    "DIAGNOSTIC_FIELDS",
     "PrivateRetrievalResult",
     "certificate",
     "private_retrieve",
@@ -67,30 +68,52 @@ class NotPrivateWarning(UserWarning):
     """Raised (as a warning) whenever a mechanism without a DP guarantee is run."""
 
 
+# Fields that depend on the bank but are NOT part of the (ε, δ)-DP release.
+DIAGNOSTIC_FIELDS = (
+    "noise_std",
+    "smooth_sensitivity",
+    "activated",
+    "gate_clean",
+    "gate_released",
+    "left",
+    "entered",
+    "correction_norm",
+)
+
+
 @dataclass(frozen=True)
 class PrivateRetrievalResult:
-    """What a private retrieval released, and what it cost.
+    """What a private retrieval released, what it cost, and diagnostics.
 
     Arrays have one row per query; ``T`` is the horizon (the endpoint method releases one
     state, so its per-step arrays have one column).
+
+    **Only ``outputs`` is the differentially private release** (with the public
+    ``queries``, ``privacy`` and ``params``). Every other array is a *diagnostic*
+    computed from the bank and **not covered by ε**: the gate counts, ``‖R_t‖``, ``H_t``,
+    ``Δ̄_t`` and, for BRACE and naive, the noise std (it is ``Δ̄_t/sqrt(2ρ)``). Keep them
+    for evaluation; do not publish them with the release. :meth:`to_dict` leaves them out
+    unless asked.
 
     Attributes
     ----------
     method : str
     is_private : bool — False only for ``"naive"`` (NOT differentially private).
     outputs : (Q, T, d) released states ``Y_1..Y_T`` (endpoint: (Q, 1, d)).
-    noise_std : (Q, T) standard deviation of the Gaussian noise of each release.
-    smooth_sensitivity : (Q, T) ``Δ̄_t`` (BRACE only, else None).
-    activated : (Q, T) bool ``H_t`` (BRACE; False for the baselines).
-    gate_clean : (Q, T) ``|I_t| = |I(D, z_{t-1})|``.
-    gate_released : (Q, T) ``|J_t| = |I(D, Y_{t-1})|``.
-    left : (Q, T) ``|I_t \\ J_t|`` (memories that left the clean gate).
-    entered : (Q, T) ``|J_t \\ I_t|`` (memories that entered the released gate).
-    correction_norm : (Q, T) ``‖R_t‖ = ‖z_t - a_t‖``.
+    noise_std : (Q, T) standard deviation of the Gaussian noise of each release
+        (diagnostic; data-dependent for BRACE and naive).
+    smooth_sensitivity : (Q, T) ``Δ̄_t`` (BRACE only, else None; diagnostic).
+    activated : (Q, T) bool ``H_t`` (BRACE; False for the baselines; diagnostic).
+    gate_clean : (Q, T) ``|I_t| = |I(D, z_{t-1})|`` (diagnostic).
+    gate_released : (Q, T) ``|J_t| = |I(D, Y_{t-1})|`` (diagnostic).
+    left : (Q, T) ``|I_t \\ J_t|`` (memories that left the clean gate; diagnostic).
+    entered : (Q, T) ``|J_t \\ I_t|`` (memories that entered the released gate; diagnostic).
+    correction_norm : (Q, T) ``‖R_t‖ = ‖z_t - a_t‖`` (diagnostic).
     privacy : :class:`brace.accounting.PrivacySpent` — the budget and per-step ρ.
     params : dict — radius, kappa, gamma, steps, output_projection, seed.
     clean : (Q, T+1, d) noiseless trajectory — only when ``return_clean=True``; it is
         **not private** and must not be released.
+    queries : (Q, d) the (public) queries.
     """
 
     method: str
@@ -107,10 +130,11 @@ class PrivateRetrievalResult:
     privacy: Any
     params: dict = field(default_factory=dict)
     clean: np.ndarray | None = None
+    queries: np.ndarray | None = None
 
     @property
     def effective_count(self) -> np.ndarray | None:
-        """``m̂_t = 2r / Δ̄_t`` (BRACE only)."""
+        """``m̂_t = 2r / Δ̄_t`` (BRACE only; diagnostic)."""
         if self.smooth_sensitivity is None:
             return None
         return 2.0 * self.params["radius"] / self.smooth_sensitivity
@@ -120,18 +144,30 @@ class PrivateRetrievalResult:
         """Released endpoint ``Y_T``, shape (Q, d)."""
         return self.outputs[:, -1]
 
-    def to_dict(self, *, include_clean: bool = False) -> dict:
-        """JSON-able dict (arrays as nested lists). ``clean`` only if asked (not private)."""
-        out: dict[str, Any] = {}
-        for k, v in asdict(self).items():
-            if k == "privacy":
-                out[k] = self.privacy.to_dict()
-            elif k == "clean" and not include_clean:
-                continue
-            elif isinstance(v, np.ndarray):
-                out[k] = v.tolist()
-            else:
-                out[k] = v
+    def diagnostics(self) -> dict[str, np.ndarray | None]:
+        """The data-dependent diagnostics (NOT covered by ε), by name."""
+        return {k: getattr(self, k) for k in DIAGNOSTIC_FIELDS}
+
+    def to_dict(self, *, include_diagnostics: bool = False, include_clean: bool = False) -> dict:
+        """JSON-able dict (arrays as nested lists) of the release: method, outputs,
+        queries, privacy, params. Diagnostics (under ``"diagnostics_not_private"``) and the
+        clean trajectory only if asked — neither is covered by ε."""
+
+        def plain(v: Any) -> Any:
+            return v.tolist() if isinstance(v, np.ndarray) else v
+
+        out: dict[str, Any] = {
+            "method": self.method,
+            "is_private": self.is_private,
+            "outputs": plain(self.outputs),
+            "queries": plain(self.queries),
+            "privacy": self.privacy.to_dict(),
+            "params": dict(self.params),
+        }
+        if include_diagnostics:
+            out["diagnostics_not_private"] = {k: plain(v) for k, v in self.diagnostics().items()}
+        if include_clean and self.clean is not None:
+            out["clean_not_private"] = plain(self.clean)
         if not self.is_private:
             out["warning"] = "NOT differentially private (naive baseline)"
         return out
@@ -139,20 +175,15 @@ class PrivateRetrievalResult:
     def to_json(self, **kw: Any) -> str:
         return json.dumps(self.to_dict(**kw))
 
-    def __str__(self) -> str:
+    def summary(self, *, diagnostics: bool = False) -> str:
+        """Readable summary; ``diagnostics=True`` adds per-step means of the diagnostics
+        (data-dependent, not covered by ε)."""
         Q, T, d = self.outputs.shape
         tag = "" if self.is_private else "  [NOT DIFFERENTIALLY PRIVATE]"
         lines = [
             f"PrivateRetrievalResult(method={self.method!r}{tag})",
             f"  queries={Q}, released steps={T}, d={d}",
-            f"  mean noise std per step: {np.round(self.noise_std.mean(axis=0), 6).tolist()}",
         ]
-        if self.smooth_sensitivity is not None:
-            lines.append(
-                "  mean smooth sensitivity per step: "
-                f"{np.round(self.smooth_sensitivity.mean(axis=0), 6).tolist()}"
-            )
-            lines.append(f"  activation rate per step: {self.activated.mean(axis=0).tolist()}")
         if self.is_private:
             lines.append(f"  privacy: {self.privacy}")
         else:
@@ -161,7 +192,21 @@ class PrivateRetrievalResult:
                 f"(rho = {self.privacy.rho_per_step:.6g}) but scales it by 2r/max(1, m_t), "
                 "which reveals the gate count: NOT differentially private."
             )
+        if diagnostics:
+            lines.append("  diagnostics (data-dependent, NOT covered by epsilon):")
+            lines.append(
+                f"    mean noise std per step: {np.round(self.noise_std.mean(0), 6).tolist()}"
+            )
+            if self.smooth_sensitivity is not None:
+                lines.append(
+                    "    mean smooth sensitivity per step: "
+                    f"{np.round(self.smooth_sensitivity.mean(0), 6).tolist()}"
+                )
+                lines.append(f"    activation rate per step: {self.activated.mean(0).tolist()}")
         return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary(diagnostics=True)
 
 
 def _project(points: np.ndarray, centres: np.ndarray, radius: float | np.ndarray) -> np.ndarray:
@@ -397,6 +442,7 @@ def _endpoint(memory, q, T, r, mult, xi, proj, spent, params, return_clean):
         privacy=spent,
         params=params,
         clean=clean if return_clean else None,
+        queries=q,
     )
 
 
@@ -503,4 +549,5 @@ def _iterative(
         privacy=spent,
         params=params,
         clean=z if return_clean else None,
+        queries=q,
     )
