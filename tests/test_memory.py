@@ -652,3 +652,22 @@ def test_scalar_query_refused_even_for_d1_bank():
         mem.step(0.5)
     with pytest.raises(ValueError, match=r"queries must have shape .* got shape \(\)"):
         mem.retrieve(np.float64(0.5), 1)
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e3, 1e6])
+def test_near_distances_within_tolerance(offset):
+    """With ``near_tolerance`` the near distances may come from the expansion, but each is
+    within the tolerance of the direct distance, and the set is the same."""
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(400, 5)) + offset
+    C = X[:6] + rng.normal(0, 0.3, (6, 5))
+    r, tol = 0.9, 1e-9
+    mem = LSRMemory(X, radius=r)
+    exact = mem.gate_pass(C, near_centres=np.arange(6), near_radius=2 * r)
+    fast = mem.gate_pass(C, near_centres=np.arange(6), near_radius=2 * r, near_tolerance=tol)
+    for i in range(6):
+        a = np.sort(exact.near_dist[exact.near_rows == i])
+        b = np.sort(fast.near_dist[fast.near_rows == i])
+        d = np.sqrt(((X - C[i]) ** 2).sum(1))
+        assert len(a) == len(b) == np.count_nonzero(d <= 2 * r)
+        np.testing.assert_allclose(b, np.sort(d[d <= 2 * r]), rtol=0, atol=tol)

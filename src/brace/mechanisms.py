@@ -41,6 +41,7 @@ from ._validation import (
 )
 from .memory import LSRMemory
 from .sensitivity import (
+    TAU_REL,
     CleanTrajectoryBound,
     activation_possible,
     combine,
@@ -483,7 +484,8 @@ def _iterative(
             centres,
             pairs=(idx, idx + Q),
             near_centres=idx if clean_bound is not None else None,
-            near_radius=2.0 * r * (1.0 + 4.0 * 1e-9),
+            near_radius=2.0 * r * (1.0 + 4.0 * TAU_REL),
+            near_tolerance=0.5 * TAU_REL * r,  # rounding below the certificate's margin τ
         )
         means = gp.means(centres)
         z[:, t] = means[:Q]

@@ -85,6 +85,7 @@ def gate_pass(
     pairs: tuple[np.ndarray, np.ndarray] | None = None,
     near_centres: np.ndarray | None = None,
     near_radius: float | None = None,
+    near_tolerance: float = 0.0,
 ) -> GatePass:
     """One blocked pass over validated ``bank`` for the ``(m, d)`` ``centres``.
 
@@ -92,7 +93,9 @@ def gate_pass(
     ``‖c‖² + ‖X_i‖² - 2cᵀX_i``; entries within the rounding band of ``r²`` are recomputed
     directly. ``pairs = (a, b)`` also returns ``|I(c_a) ∩ I(c_b)|``. ``near_centres``
     (indices into ``centres``) with ``near_radius`` also returns, for those centres, all
-    directly computed distances ``≤ near_radius`` (used by the sensitivity certificate).
+    distances ``≤ near_radius`` (used by the sensitivity certificate), each within
+    ``near_tolerance`` of the exact distance: from the expansion where its rounding
+    bound allows, else computed directly (``near_tolerance = 0``: always directly).
     """
     n, d = bank.shape
     m = centres.shape[0]
@@ -137,10 +140,15 @@ def gate_pass(
             )
         if near_centres is not None:
             sub = e[near_centres]
-            rows, cols = np.nonzero(sub <= n_extra + band[near_centres, None])
+            nb = band[near_centres]
+            rows, cols = np.nonzero(sub <= n_extra + nb[:, None])
             if rows.size:
-                diff = Xb[cols] - centres[near_centres[rows]]
-                dist = np.sqrt((diff * diff).sum(axis=-1))
+                dist = np.sqrt(np.maximum(sub[rows, cols] + r2, 0.0))
+                # the expansion's error in d² is ≤ band, so in the distance ≤ band/dist;
+                # where that could exceed near_tolerance, recompute directly
+                redo = ~(dist * near_tolerance >= nb[rows]) if near_tolerance else slice(None)
+                diff = Xb[cols[redo]] - centres[near_centres[rows[redo]]]
+                dist[redo] = np.sqrt((diff * diff).sum(axis=-1))
                 keep = dist <= near_radius
                 near_rows.append(rows[keep])
                 near_dist.append(dist[keep])

@@ -76,10 +76,9 @@ def fixed_centre_bound(m: np.ndarray, K: int, r: float) -> np.ndarray:
 
 def sorted_segments(rows: np.ndarray, dist: np.ndarray, n_rows: int) -> list[np.ndarray]:
     """Group ``(row, distance)`` pairs into one sorted distance array per row."""
-    order = np.lexsort((dist, rows))
-    d_sorted = dist[order]
+    grouped = dist[np.argsort(rows, kind="stable")]  # integer keys: a radix sort
     bounds = np.concatenate(([0], np.cumsum(np.bincount(rows, minlength=n_rows))))
-    return [d_sorted[bounds[i] : bounds[i + 1]] for i in range(n_rows)]
+    return [np.sort(grouped[bounds[i] : bounds[i + 1]]) for i in range(n_rows)]
 
 
 def count_le(segments: list[np.ndarray], thresholds: np.ndarray) -> np.ndarray:
