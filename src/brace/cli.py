@@ -42,27 +42,25 @@ def _gamma_arg(text: str) -> float | None:
     return None if text.strip().lower() == "auto" else _finite_float(text)
 
 
-def _add_retrieve(sub) -> None:
-    p = sub.add_parser(
-        "retrieve",
-        help="retrieve from an LSR memory (noiseless or private)",
-        description="Run LSR retrieval for every query; write the trajectory (noiseless) or "
-        "the private release to an .npz file.",
-    )
+def add_memory_arguments(p: argparse.ArgumentParser) -> None:
+    """``--bank``, ``--queries``, ``--beta | --radius`` and ``--steps``."""
     p.add_argument("--bank", required=True, help="(n, d) memory bank, .npy")
     p.add_argument("--queries", required=True, help="(Q, d) or (d,) queries, .npy")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--beta", type=_finite_float, help="inverse temperature β > 0")
     g.add_argument("--radius", type=_finite_float, help="support radius r = sqrt(2/β)")
     p.add_argument("--steps", type=int, required=True, help="horizon T >= 1")
-    p.add_argument("--out", required=True, help="output .npz path")
-    p.add_argument(
-        "--method",
-        default="noiseless",
-        choices=["noiseless", "brace", "global", "endpoint", "naive"],
-        help="'naive' is NOT differentially private (baseline only)",
-    )
-    p.add_argument("--epsilon", type=_finite_float, help="ε > 0 (private methods)")
+
+
+def add_mechanism_arguments(
+    p: argparse.ArgumentParser, *, methods: Sequence[str], default: str,
+    epsilon_required: bool = False,
+) -> None:
+    """``--method`` and the private-retrieval parameters of :func:`private_retrieve`."""
+    p.add_argument("--method", default=default, choices=list(methods),
+                   help="'naive' is NOT differentially private (baseline only)")
+    p.add_argument("--epsilon", type=_finite_float, required=epsilon_required,
+                   help="ε > 0 (private methods)")
     p.add_argument("--delta", type=_finite_float, default=1e-5, help="δ in (0, 1)")
     p.add_argument("--kappa", type=_finite_float, default=128.0,
                    help="BRACE activation κ >= 0 (default 128; 0: correct whenever gates differ)")
@@ -70,6 +68,20 @@ def _add_retrieve(sub) -> None:
                    help="BRACE smoothness γ > 0 (default 'auto': data-independent rule)")
     p.add_argument("--accounting", choices=["rdp", "paper"], default="rdp")
     p.add_argument("--no-output-projection", action="store_true")
+
+
+def _add_retrieve(sub) -> None:
+    p = sub.add_parser(
+        "retrieve",
+        help="retrieve from an LSR memory (noiseless or private)",
+        description="Run LSR retrieval for every query; write the trajectory (noiseless) or "
+        "the private release to an .npz file.",
+    )
+    add_memory_arguments(p)
+    p.add_argument("--out", required=True, help="output .npz path")
+    add_mechanism_arguments(
+        p, methods=("noiseless", "brace", "global", "endpoint", "naive"), default="noiseless"
+    )
     p.add_argument(
         "--diagnostics",
         action="store_true",

@@ -1407,7 +1407,7 @@ def public_region(
 
 def add_cli(sub) -> None:
     """Register ``brace uq``."""
-    from .cli import _finite_float
+    from .cli import _finite_float, add_mechanism_arguments, add_memory_arguments
 
     p = sub.add_parser(
         "uq",
@@ -1420,22 +1420,9 @@ def add_cli(sub) -> None:
         "formed. The private regions are computed from the bank and are NOT covered by "
         "the release's (epsilon, delta): see docs/uq.md.",
     )
-    p.add_argument("--bank", required=True, help="(n, d) memory bank, .npy")
-    p.add_argument("--queries", required=True, help="(Q, d) or (d,) queries, .npy")
-    g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--beta", type=_finite_float, help="inverse temperature β > 0")
-    g.add_argument("--radius", type=_finite_float, help="support radius r = sqrt(2/β)")
-    p.add_argument("--steps", type=int, required=True, help="horizon T >= 1")
-    p.add_argument(
-        "--method", default="brace", choices=["brace", "global", "endpoint", "naive"],
-        help="'naive' is NOT differentially private (baseline only)",
-    )
-    p.add_argument("--epsilon", type=_finite_float, required=True, help="ε > 0")
-    p.add_argument("--delta", type=_finite_float, default=1e-5, help="δ in (0, 1)")
-    p.add_argument("--kappa", type=_finite_float, default=0.0, help="BRACE activation κ >= 0")
-    p.add_argument("--gamma", type=_finite_float, default=None, help="BRACE smoothness γ > 0")
-    p.add_argument("--accounting", choices=["rdp", "paper"], default="rdp")
-    p.add_argument("--no-output-projection", action="store_true")
+    add_memory_arguments(p)
+    add_mechanism_arguments(p, methods=("brace", "global", "endpoint", "naive"),
+                            default="brace", epsilon_required=True)
     p.add_argument("--seed", type=int, default=None, help="seed of the noise and bootstrap")
     p.add_argument("--level", type=_finite_float, default=0.95, help="1 - α, in (0, 1)")
     p.add_argument("--sampling", choices=["delta", "bootstrap"], default="delta")
