@@ -24,6 +24,7 @@ import json
 import math
 import warnings
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -398,12 +399,10 @@ def certificate(
     hist = np.zeros((q.shape[0], T + 1, q.shape[1]))
     hist[:, :T] = h[:, :T]
 
-    class _Spent:
-        gamma = g
-
     trace: dict = {}
-    res = _iterative(memory, q, method, T, r, kap, _Spent, 1.0, None, output_projection, {},
-                     False, history=hist, trace=trace)
+    # only γ of the calibration matters along a fixed history; noise multiplier 1
+    res = _iterative(memory, q, method, T, r, kap, SimpleNamespace(gamma=g), 1.0, None,
+                     output_projection, {}, False, history=hist, trace=trace)
     scale = res.smooth_sensitivity if method == "brace" else res.noise_std
     return CertificateTrace(np.stack(trace["pre_noise"], axis=1), scale, trace.get("G"))
 
