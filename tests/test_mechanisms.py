@@ -363,3 +363,20 @@ def test_global_worse_than_brace_large_kappa_on_paper_setting():
     # paired comparison over 60 seeded runs: global's mean error is larger, with margin
     diff = g - b
     assert diff.mean() > 3 * diff.std(ddof=1) / math.sqrt(len(diff))
+
+
+@pytest.mark.parametrize("method, kappa", [("global", 0.0), ("naive", 0.0), ("brace", 128.0)])
+def test_skipping_the_clean_pass_does_not_change_the_release(mixture, method, kappa):
+    """Without return_clean, methods that never need z_t skip its pass: same release,
+    clean-gate diagnostics left out."""
+    mem, X = mixture
+    kw = dict(method=method, epsilon=32, delta=1e-5, steps=4, kappa=kappa, seed=9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NotPrivateWarning)
+        fast = private_retrieve(mem, X[:6] + 0.1, **kw)
+        full = private_retrieve(mem, X[:6] + 0.1, return_clean=True, **kw)
+    np.testing.assert_array_equal(fast.outputs, full.outputs)
+    np.testing.assert_array_equal(fast.noise_std, full.noise_std)
+    np.testing.assert_array_equal(fast.gate_released, full.gate_released)
+    assert fast.gate_clean is None and fast.correction_norm is None
+    assert full.gate_clean.shape == (6, 4)

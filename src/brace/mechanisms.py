@@ -106,7 +106,9 @@ class PrivateRetrievalResult:
         (diagnostic; data-dependent for BRACE and naive).
     smooth_sensitivity : (Q, T) ``Δ̄_t`` (BRACE only, else None; diagnostic).
     activated : (Q, T) bool ``H_t`` (BRACE; False for the baselines; diagnostic).
-    gate_clean : (Q, T) ``|I_t| = |I(D, z_{t-1})|`` (diagnostic).
+    gate_clean : (Q, T) ``|I_t| = |I(D, z_{t-1})|`` (diagnostic). This and ``left``,
+        ``entered``, ``correction_norm`` need the clean trajectory: they are None unless
+        ``return_clean=True`` or BRACE can activate (the pass is then skipped).
     gate_released : (Q, T) ``|J_t| = |I(D, Y_{t-1})|`` (diagnostic).
     left : (Q, T) ``|I_t \\ J_t|`` (memories that left the clean gate; diagnostic).
     entered : (Q, T) ``|J_t \\ I_t|`` (memories that entered the released gate; diagnostic).
@@ -124,11 +126,11 @@ class PrivateRetrievalResult:
     noise_std: np.ndarray
     smooth_sensitivity: np.ndarray | None
     activated: np.ndarray
-    gate_clean: np.ndarray
+    gate_clean: np.ndarray | None
     gate_released: np.ndarray
-    left: np.ndarray
-    entered: np.ndarray
-    correction_norm: np.ndarray
+    left: np.ndarray | None
+    entered: np.ndarray | None
+    correction_norm: np.ndarray | None
     privacy: Any
     params: dict = field(default_factory=dict)
     clean: np.ndarray | None = None
@@ -477,30 +479,42 @@ def _iterative(
     inter = np.zeros(shape, dtype=np.int64)
     rnorm = np.zeros(shape)
     idx = np.arange(Q)
+    # The clean trajectory is needed by the correction (BRACE when it can activate) or
+    # when asked for; otherwise each step is one pass at the released state only, and
+    # the clean-gate diagnostics are not computed.
+    track_clean = return_clean or clean_bound is not None
     for t in range(1, T + 1):
-        centres = np.concatenate([z[:, t - 1], Y[:, t - 1]])
-        gp = memory.gate_pass(
-            centres,
-            pairs=(idx, idx + Q),
-            near_centres=idx if clean_bound is not None else None,
-            near_radius=2.0 * r * (1.0 + 4.0 * TAU_REL),
-            near_tolerance=0.5 * TAU_REL * r,  # rounding below the certificate's margin τ
-        )
-        means = gp.means(centres)
-        z[:, t] = means[:Q]
-        a_t = means[Q:]
-        m_t = gp.counts[Q:]
-        gate_clean[:, t - 1] = gp.counts[:Q]
-        gate_rel[:, t - 1] = m_t
-        inter[:, t - 1] = gp.pair_counts
-        R_t = z[:, t] - a_t  # identity R_t = z_t - a_t (spec §3 step 2)
-        rn = np.linalg.norm(R_t, axis=1)
-        rnorm[:, t - 1] = rn
         y_prev = Y[:, t - 1]
+        if track_clean:
+            centres = np.concatenate([z[:, t - 1], y_prev])
+            gp = memory.gate_pass(
+                centres,
+                pairs=(idx, idx + Q),
+                near_centres=idx if clean_bound is not None else None,
+                near_radius=2.0 * r * (1.0 + 4.0 * TAU_REL),
+                near_tolerance=0.5 * TAU_REL * r,  # rounding below the margin τ
+            )
+            means = gp.means(centres)
+            z[:, t] = means[:Q]
+            a_t = means[Q:]
+            m_t = gp.counts[Q:]
+            gate_clean[:, t - 1] = gp.counts[:Q]
+            inter[:, t - 1] = gp.pair_counts
+            R_t = z[:, t] - a_t  # identity R_t = z_t - a_t (spec §3 step 2)
+            rn = np.linalg.norm(R_t, axis=1)
+            rnorm[:, t - 1] = rn
+        else:
+            gp = memory.gate_pass(y_prev)
+            a_t = gp.means(y_prev)
+            m_t = gp.counts
+        gate_rel[:, t - 1] = m_t
         if brace:
-            H = (rn * rn > kappa * T * r * r) if not never_activates else np.zeros(Q, bool)
-            activated[:, t - 1] = H
-            pre = _project(a_t + H[:, None] * R_t, y_prev, r)
+            if never_activates:
+                pre = a_t  # H_t = 0; the gate mean already lies in B̄(y_prev, r)
+            else:
+                H = rn * rn > kappa * T * r * r
+                activated[:, t - 1] = H
+                pre = _project(a_t + H[:, None] * R_t, y_prev, r)
             F = fixed_centre_bound(m_t, K, r)
             if clean_bound is not None:
                 A_t = clean_bound.advance(sorted_segments(gp.near_rows, gp.near_dist, Q))
@@ -542,11 +556,11 @@ def _iterative(
         noise_std=std,
         smooth_sensitivity=smooth,
         activated=activated,
-        gate_clean=gate_clean,
+        gate_clean=gate_clean if track_clean else None,
         gate_released=gate_rel,
-        left=gate_clean - inter,
-        entered=gate_rel - inter,
-        correction_norm=rnorm,
+        left=gate_clean - inter if track_clean else None,
+        entered=gate_rel - inter if track_clean else None,
+        correction_norm=rnorm if track_clean else None,
         privacy=spent,
         params=params,
         clean=z if return_clean else None,

@@ -94,11 +94,14 @@ def pyplot():
 
 
 def save_figure(fig, path: Path) -> Path:
-    """Save a figure atomically as PNG."""
+    """Save a figure atomically as PNG, then close it."""
     import io
+
+    import matplotlib.pyplot as plt
 
     from .._io import atomic_write_bytes
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=130, bbox_inches="tight")
+    plt.close(fig)
     return atomic_write_bytes(path, buf.getvalue())

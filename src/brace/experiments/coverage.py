@@ -371,7 +371,6 @@ def _figures(summary: dict, out: Path) -> None:
     fig.suptitle(f"Joint-region coverage vs nominal ({cfg['method']}, κ={cfg['kappa']})",
                  fontsize=10)
     save_figure(fig, out / "coverage_calibration.png")
-    plt.close(fig)
 
     from matplotlib.ticker import NullFormatter
 
@@ -394,7 +393,6 @@ def _figures(summary: dict, out: Path) -> None:
     axes[0, 0].set_ylabel("half-width (one coordinate)")
     axes[0, -1].legend(fontsize=6)
     save_figure(fig, out / "coverage_widths.png")
-    plt.close(fig)
 
 
 def add_parser(sub) -> None:

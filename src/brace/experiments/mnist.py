@@ -603,7 +603,6 @@ def _figures(cfg, summary, records, feats, queries, out_dir: Path) -> None:
                      y=1.0 + 0.09 / len(cfg.steps), fontsize=10)
         fig.tight_layout()
         save_figure(fig, out_dir / fname)
-        plt.close(fig)
     _fig4(cfg, summary, feats, queries, out_dir / "fig4_reconstructions.png", plt, "brace")
     _fig4(cfg, summary, feats, queries, out_dir / "fig4b_reconstructions_global_best.png",
           plt, "global")
@@ -656,7 +655,6 @@ def _fig4(cfg, summary, feats, queries, path, plt, method) -> None:
         f"T = {T}, ε = {eps:g} (one shared noise draw; number = ‖F − x‖²/d)", fontsize=9)
     fig.tight_layout()
     save_figure(fig, path)
-    plt.close(fig)
 
 
 # --------------------------------------------------------------------------- CLI

@@ -223,7 +223,6 @@ def _figures(out: dict, X: np.ndarray, out_dir: Path) -> None:
     ax.set_title("Retrieval trajectories (naive is NOT differentially private)")
     ax.legend(fontsize=8, loc="best")
     save_figure(fig, out_dir / "fig1_trajectories.png")
-    plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(6, 4))
     t = [r["t"] for r in h["table"]]
@@ -238,7 +237,6 @@ def _figures(out: dict, X: np.ndarray, out_dir: Path) -> None:
     ax.set_title("Per-step error (highlighted run)")
     ax.legend(fontsize=8)
     save_figure(fig, out_dir / "fig1_errors.png")
-    plt.close(fig)
 
 
 def add_parser(sub) -> None:

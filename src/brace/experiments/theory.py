@@ -846,7 +846,6 @@ def _fig_dimension(out: dict, cfg: TheoryConfig, path: Path, raw: dict | None = 
     fig.suptitle(f"1. Error against dimension (n = {cfg.n}, r = {cfg.radius}, T = {cfg.steps}, "
                  f"ε = {cfg.epsilon:g}); solid: with output projection, dashed: without")
     save_figure(fig, path)
-    plt.close(fig)
 
 
 def _fig_horizon(out: dict, cfg: TheoryConfig, path: Path, raw: dict | None = None) -> None:
@@ -871,7 +870,6 @@ def _fig_horizon(out: dict, cfg: TheoryConfig, path: Path, raw: dict | None = No
     fig.suptitle(f"2. Error against horizon T (d = {out['dim']}, n = {cfg.n}, r = {cfg.radius}, "
                  f"ε = {cfg.epsilon:g}); solid: projection, dashed: none")
     save_figure(fig, path)
-    plt.close(fig)
 
 
 def _fig_activation(out: dict, cfg: TheoryConfig, path: Path, raw: dict | None = None) -> None:
@@ -932,7 +930,6 @@ def _fig_activation(out: dict, cfg: TheoryConfig, path: Path, raw: dict | None =
                  "o: with output projection, x: without")
     fig.tight_layout()
     save_figure(fig, path)
-    plt.close(fig)
 
 
 def _fig_root_n(out: dict, cfg: TheoryConfig, path: Path, raw: dict | None = None) -> None:
@@ -967,7 +964,6 @@ def _fig_root_n(out: dict, cfg: TheoryConfig, path: Path, raw: dict | None = Non
     fig.suptitle(f"4. Root-n transition (d = 2, T = {out['steps']}, ε = {out['epsilon']:g}, "
                  f"γ = {out['gamma']:g}, gate holds ⌈n^α⌉ memories)")
     save_figure(fig, path)
-    plt.close(fig)
 
 
 def _fig_cost(out: dict, cfg: TheoryConfig, path: Path, raw: dict | None = None) -> None:
@@ -1025,7 +1021,6 @@ def _fig_cost(out: dict, cfg: TheoryConfig, path: Path, raw: dict | None = None)
                  f"ε = {s['epsilon']:g}); κ from 0 to (2T+1)²/T = {s['kappa_max']:.3g}")
     fig.tight_layout()
     save_figure(fig, path)
-    plt.close(fig)
 
 
 _FIGURES = {
