@@ -148,7 +148,7 @@ def test_log_density_is_the_samplers_density(bank2, kw):
     res = private_retrieve(
         mem, np.repeat(q[None], 500, 0), method=cfg.method, epsilon=4.0, delta=1e-5,
         steps=3, kappa=cfg.kappa, output_projection=False,
-        noise=cfg.noise_scale_factor * xi,
+        _innovations=cfg.noise_scale_factor * xi,
         gamma=setup.spent.gamma if cfg.method == "brace" else None,
     )
     got = A._log_density(mem, setup, res.outputs)

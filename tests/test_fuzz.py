@@ -321,7 +321,7 @@ def test_private_retrieve(data):
         ok, res = attempt(lambda: private_retrieve(
             mem, query, method=method, epsilon=v["eps"], delta=v["delta"], steps=steps,
             kappa=v["kappa"], gamma=v["gamma"], accounting=v["acc"], output_projection=proj,
-            seed=v["seed"], noise=xi,
+            seed=v["seed"], _innovations=xi,
         ))
     if valid and maybe and not ok:
         assert "gamma" in str(res), res  # an explicit γ too large for (ε, δ, T, d)

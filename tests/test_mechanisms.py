@@ -276,11 +276,13 @@ def test_same_seed_same_output_and_shared_noise(mixture):
     np.testing.assert_array_equal(a.outputs, b.outputs)
     assert not np.array_equal(a.outputs, private_retrieve(mem, q, method="brace",
                                                           **{**kw, "seed": 12}).outputs)
+    # the innovations are the first draw of the seed's generator: same seed, shared noise
     xi = np.random.default_rng(5).standard_normal((5, 3, 2))
-    nb = private_retrieve(mem, q, method="brace", epsilon=64, delta=1e-5, steps=3, noise=xi,
+    nb = private_retrieve(mem, q, method="brace", epsilon=64, delta=1e-5, steps=3, seed=5,
                           output_projection=False)
+    assert nb.is_private
     with pytest.warns(NotPrivateWarning):
-        nn = private_retrieve(mem, q, method="naive", epsilon=64, delta=1e-5, steps=3, noise=xi,
+        nn = private_retrieve(mem, q, method="naive", epsilon=64, delta=1e-5, steps=3, seed=5,
                               output_projection=False)
     # first step: same centre q, same innovation => noise = std * xi for both
     pre_b = nb.outputs[:, 0] - nb.noise_std[:, :1] * xi[:, 0]
@@ -333,7 +335,7 @@ def test_shapes_and_json(mixture):
         (dict(gamma=0.0), "gamma must be > 0 for BRACE"),
         (dict(gamma=-0.1), "gamma must be >= 0"),
         (dict(accounting="zcdp"), "accounting must be"),
-        (dict(noise=np.zeros((2, 3, 2))), "noise must have shape"),
+        (dict(_innovations=np.zeros((2, 3, 2))), "_innovations must have shape"),
         (dict(queries=np.zeros((2, 3))), "dimension mismatch"),
         (dict(queries=np.array([[np.nan, 0.0]])), "non-finite"),
     ],

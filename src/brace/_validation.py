@@ -29,6 +29,9 @@ __all__ = [
     "check_int_at_least",
     "check_radius_beta",
     "check_rng",
+    "check_bool",
+    "rng_and_record",
+    "rng_from_record",
     "check_output_size",
 ]
 
@@ -225,3 +228,72 @@ def check_rng(seed: Any = None) -> np.random.Generator:
     if int(seed) < 0:
         raise ValueError(f"seed must be >= 0. Found {seed}.")
     return np.random.default_rng(int(seed))
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """Flags must be ``bool`` (or ``numpy.bool_``): ``"no"``, 0 or None are refused, not
+    read as truthy/falsy."""
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False. Found {value!r}.")
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, list | tuple):
+        return [_plain(x) for x in v]
+    return v
+
+
+def rng_and_record(seed: Any = None) -> tuple[np.random.Generator, int | dict]:
+    """:func:`check_rng`, plus a JSON-able record from which :func:`rng_from_record`
+    rebuilds a generator that makes the same draws.
+
+    * an int is recorded as itself;
+    * ``None`` draws fresh OS entropy through a :class:`numpy.random.SeedSequence` and
+      records ``{"entropy", "spawn_key", "pool_size"}`` (as does a SeedSequence);
+    * a Generator is recorded by its bit generator's name and state *before* any draw.
+    """
+    if seed is None or isinstance(seed, np.random.SeedSequence):
+        ss = seed if seed is not None else np.random.SeedSequence()
+        rec = {
+            "entropy": _plain(ss.entropy),
+            "spawn_key": [int(k) for k in ss.spawn_key],
+            "pool_size": int(ss.pool_size),
+        }
+        return np.random.default_rng(ss), rec
+    rng = check_rng(seed)
+    if isinstance(seed, np.random.Generator):
+        bg = seed.bit_generator
+        return rng, {"bit_generator": type(bg).__name__, "state": _plain(bg.state)}
+    return rng, int(seed)
+
+
+def rng_from_record(record: Any) -> np.random.Generator:
+    """The generator described by a record of :func:`rng_and_record`."""
+    if isinstance(record, dict) and "entropy" in record:
+        return np.random.default_rng(
+            np.random.SeedSequence(
+                record["entropy"],
+                spawn_key=tuple(record.get("spawn_key", ())),
+                pool_size=record.get("pool_size", 4),
+            )
+        )
+    if isinstance(record, dict) and "state" in record:
+        name = record.get("bit_generator", "")
+        cls = getattr(np.random, name, None)
+        if not (isinstance(cls, type) and issubclass(cls, np.random.BitGenerator)):
+            raise ValueError(f"unknown bit generator in seed record: {name!r}.")
+        bg = cls()
+        state = dict(record["state"])
+        if name == "MT19937":
+            state["state"] = dict(state["state"])
+            state["state"]["key"] = np.asarray(state["state"]["key"], dtype=np.uint32)
+        bg.state = state
+        return np.random.Generator(bg)
+    return check_rng(record)

@@ -79,6 +79,7 @@ __all__ = [
     "SmoothGaussianStep",
     "Composed",
     "SelfComposed",
+    "NonPrivateEvent",
     "UnsupportedEventError",
     "RdpAccountant",
     # calibration
@@ -92,6 +93,7 @@ __all__ = [
 ]
 
 ACCOUNTING_RULES = ("rdp", "paper")
+NOT_PRIVATE_MECHANISMS = ("naive",)  # releases with no DP guarantee (NonPrivateEvent)
 
 _RHO_RTOL = 1e-9  # relative tolerance of the calibrated per-step ρ
 _GAMMA_RTOL = 1e-7  # relative tolerance of the γ chosen by choose_gamma
@@ -418,6 +420,15 @@ class SelfComposed(DpEvent):
     count: int
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class NonPrivateEvent(DpEvent):
+    """A release with no differential-privacy guarantee (as dp-accounting's
+    ``NonPrivateDpEvent``): every accountant maps it, and anything composed with it, to
+    ε = ∞. ``reason`` says why (e.g. the naive baseline's data-dependent noise scale)."""
+
+    reason: str = ""
+
+
 class UnsupportedEventError(ValueError):
     """An accountant was asked to compose an event it cannot account for."""
 
@@ -443,6 +454,7 @@ class RdpAccountant:
         self._ledger: list[DpEvent] = []
         self._rho_fixed = 0.0  # Σ count·ρ over GaussianStep: RDP α·Σρ
         self._smooth: dict[tuple[float, float, int], int] = {}  # (ρ, γ, d) → count
+        self._non_private = False  # a NonPrivateEvent was composed: ε = ∞ from now on
 
     # One traversal serves both the dry run (supports / validation) and the update,
     # so the two cannot drift apart (as dp_accounting's _maybe_compose).
@@ -455,6 +467,10 @@ class RdpAccountant:
                 err = self._maybe_compose(e, count, do_compose)
                 if err is not None:
                     return err
+            return None
+        if isinstance(event, NonPrivateEvent):
+            if do_compose and count:
+                self._non_private = True
             return None
         if isinstance(event, GaussianStep):
             rho = check_nonnegative("GaussianStep.rho", event.rho)
@@ -495,10 +511,15 @@ class RdpAccountant:
 
     @property
     def max_order(self) -> float:
-        """Supremum of the orders with finite RDP (``+∞`` without smooth steps)."""
+        """Supremum of the orders with finite RDP (``+∞`` without smooth steps; 1 — no
+        finite order — once a :class:`NonPrivateEvent` is composed)."""
+        if self._non_private:
+            return 1.0
         return min((_alpha_max(g) for (_, g, _) in self._smooth), default=math.inf)
 
     def _curve(self, a: np.ndarray) -> np.ndarray:
+        if self._non_private:
+            return np.full_like(a, np.inf, dtype=np.float64)
         out = a * self._rho_fixed
         for (rho, gamma, dim), c in self._smooth.items():
             out = out + c * _smooth_step_rdp(a, rho, gamma, dim)
@@ -513,6 +534,8 @@ class RdpAccountant:
     def get_epsilon_and_order(self, delta: float) -> tuple[float, float]:
         """``(ε, α_opt)``: the smallest ε over continuous α, and the order attaining it."""
         dl = check_delta(delta)
+        if self._non_private:
+            return math.inf, math.nan
         if not self._smooth and self._rho_fixed == 0.0:
             return 0.0, math.inf
         return _minimize_conversion(self._curve, self.max_order, dl)
@@ -697,6 +720,12 @@ class PrivacySpent:
     ``epsilon_rdp``: the ε actually spent at ``delta`` under RDP accounting, attained at
     order ``alpha_opt`` (≤ ``epsilon`` for ``"rdp"``; for ``"paper"`` it shows how much
     the paper's rule leaves unused).
+
+    ``queries``: how many queries the release answered (each one the (ε, δ) above), and
+    ``epsilon_total``: the ε of all of them composed (RDP curves summed over queries and
+    steps, one conversion at the same ``delta``; see :meth:`for_queries`). A release by a
+    mechanism in :data:`NOT_PRIVATE_MECHANISMS` (``"naive"``) has no guarantee: its
+    :attr:`event` is a :class:`NonPrivateEvent` and ``epsilon_total`` is ∞.
     """
 
     epsilon: float
@@ -709,6 +738,27 @@ class PrivacySpent:
     mechanism: str = ""
     epsilon_rdp: float = math.nan
     alpha_opt: float = math.nan
+    queries: int = 1
+    epsilon_total: float = math.nan
+    not_private_reason: str = ""
+
+    @property
+    def is_private(self) -> bool:
+        """False for a mechanism without a DP guarantee (``"naive"``) or a release marked
+        not private (``not_private_reason``, e.g. innovations supplied by the caller)."""
+        return not self.not_private_reason and self.mechanism not in NOT_PRIVATE_MECHANISMS
+
+    def for_queries(self, queries: int) -> PrivacySpent:
+        """This calibration applied to ``queries`` queries: sets ``queries`` and the
+        composed ``epsilon_total`` at ``delta`` (∞ when not private)."""
+        n = check_int_at_least("queries", queries, 1)
+        if not self.is_private:
+            total = math.inf
+        else:
+            total = RdpAccountant().compose(self.step_event, self.steps * n).get_epsilon(
+                self.delta
+            )
+        return dataclasses.replace(self, queries=n, epsilon_total=total)
 
     @property
     def noise_multiplier(self) -> float:
@@ -720,19 +770,68 @@ class PrivacySpent:
         return check_nonnegative("sensitivity", sensitivity) * self.noise_multiplier
 
     @property
+    def step_event(self) -> DpEvent:
+        """One step of one query, as an event (:class:`NonPrivateEvent` if not private)."""
+        if not self.is_private:
+            return NonPrivateEvent(
+                self.not_private_reason
+                or f"mechanism {self.mechanism!r}: the noise scale depends on the data"
+            )
+        return _step_event(self.rho_per_step, self.gamma, self.dim)
+
+    @property
     def event(self) -> DpEvent:
-        """The release described as an event (``steps`` self-composed steps)."""
-        return SelfComposed(_step_event(self.rho_per_step, self.gamma, self.dim), self.steps)
+        """The release of one query described as an event (``steps`` self-composed
+        steps); a :class:`NonPrivateEvent` for a mechanism without a guarantee."""
+        if not self.is_private:
+            return self.step_event
+        return SelfComposed(self.step_event, self.steps)
+
+    @property
+    def call_event(self) -> DpEvent:
+        """The whole release (all ``queries`` queries) as one event."""
+        if not self.is_private:
+            return self.step_event
+        return SelfComposed(self.step_event, self.steps * self.queries)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict of every field plus ``noise_multiplier`` and ``rho_total``."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["noise_multiplier"] = self.noise_multiplier
         out["rho_total"] = self.rho_per_step * self.steps
-        for k, v in out.items():  # JSON has no inf/nan
+        out["is_private"] = self.is_private
+        out["epsilon_total_delta"] = self.delta
+        for k, v in list(out.items()):  # strict JSON: no inf/nan, null plus a reason
             if isinstance(v, float) and not math.isfinite(v):
                 out[k] = None
+                if k == "epsilon_total" and not self.is_private:
+                    out[f"{k}_null_reason"] = "not differentially private (infinite epsilon)"
+                elif k == "epsilon_total":
+                    out[f"{k}_null_reason"] = "not computed (set by for_queries)"
+                else:
+                    out[f"{k}_null_reason"] = "infinite" if math.isinf(v) else "not computed"
         return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PrivacySpent:
+        """Inverse of :meth:`to_dict` (extra keys ignored; null floats read as NaN/∞)."""
+        if not isinstance(data, dict):
+            raise TypeError(f"privacy must be a dict; got {type(data).__name__}.")
+        kw: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if f.name not in data:
+                continue
+            v = data[f.name]
+            if v is None:
+                reason = data.get(f"{f.name}_null_reason", "")
+                v = math.inf if str(reason).startswith(("infinite", "not differentially")) \
+                    else math.nan
+            kw[f.name] = v
+        missing = {"epsilon", "delta", "steps", "dim", "gamma", "rho_per_step",
+                   "accounting"} - kw.keys()
+        if missing:
+            raise ValueError(f"privacy record lacks the field(s) {sorted(missing)}.")
+        return cls(**kw)
 
     def __str__(self) -> str:
         rule = {
@@ -756,6 +855,11 @@ class PrivacySpent:
             f"  RDP-accounted eps : {self.epsilon_rdp:.8g} at delta = {self.delta:g}, "
             f"optimal alpha = {self.alpha_opt:.6g}",
         ]
+        if self.queries > 1 or math.isfinite(self.epsilon_total):
+            lines.append(
+                f"  all {self.queries} queries: eps = {self.epsilon_total:.8g} at delta = "
+                f"{self.delta:g} (composed over queries and steps; the eps above is per query)"
+            )
         return "\n".join(lines)
 
 

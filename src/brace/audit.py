@@ -525,7 +525,7 @@ def _sample(mem: LSRMemory, setup: _Setup, n: int, rng: np.random.Generator) -> 
                 delta=cfg.delta, steps=cfg.steps, kappa=cfg.kappa,
                 gamma=setup.spent.gamma if cfg.method == "brace" else None,
                 accounting=cfg.accounting, output_projection=False,
-                noise=cfg.noise_scale_factor * xi,
+                _innovations=cfg.noise_scale_factor * xi,
             )
         if res.privacy.rho_per_step != setup.spent.rho_per_step:  # pragma: no cover
             raise RuntimeError("audit: the mechanism's calibration differs from the model's.")

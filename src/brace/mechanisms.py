@@ -19,10 +19,12 @@ only, warns with :class:`NotPrivateWarning` on every call, and its result says s
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -32,13 +34,14 @@ import numpy as np
 from . import accounting
 from ._validation import (
     as_float_array,
+    check_bool,
     check_delta,
     check_epsilon,
     check_nonnegative,
     check_output_size,
     check_queries,
-    check_rng,
     check_steps,
+    rng_and_record,
 )
 from .memory import LSRMemory
 from .sensitivity import (
@@ -53,6 +56,7 @@ from .sensitivity import (
 )
 
 __all__ = [
+    "DEFAULT_KAPPA",
     "METHODS",
     "CertificateTrace",
     "NotPrivateWarning",
@@ -64,6 +68,8 @@ __all__ = [
 
 METHODS = ("brace", "global", "endpoint", "naive")
 PRIVATE_METHODS = ("brace", "global", "endpoint")
+DEFAULT_KAPPA = 128.0  # private_retrieve's κ default, shared by the CLI and the audit
+RESULT_SCHEMA = "brace-result/1"  # the saved-result schema (docs/results.md)
 
 
 class NotPrivateWarning(UserWarning):
@@ -160,7 +166,11 @@ class PrivateRetrievalResult:
         def plain(v: Any) -> Any:
             return v.tolist() if isinstance(v, np.ndarray) else v
 
+        from . import __version__
+
         out: dict[str, Any] = {
+            "schema": RESULT_SCHEMA,
+            "version": __version__,
             "method": self.method,
             "is_private": self.is_private,
             "outputs": plain(self.outputs),
@@ -173,11 +183,20 @@ class PrivateRetrievalResult:
         if include_clean and self.clean is not None:
             out["clean_not_private"] = plain(self.clean)
         if not self.is_private:
-            out["warning"] = "NOT differentially private (naive baseline)"
+            out["warning"] = f"NOT differentially private: {self.not_private_reason}"
         return out
 
+    @property
+    def not_private_reason(self) -> str:
+        """Why the release carries no guarantee ("" when it is private)."""
+        if self.is_private:
+            return ""
+        if self.privacy.not_private_reason:
+            return self.privacy.not_private_reason
+        return "naive baseline (its noise scale reveals the gate count)"
+
     def to_json(self, **kw: Any) -> str:
-        return json.dumps(self.to_dict(**kw))
+        return json.dumps(self.to_dict(**kw), allow_nan=False)
 
     def summary(self, *, diagnostics: bool = False) -> str:
         """Readable summary; ``diagnostics=True`` adds per-step means of the diagnostics
@@ -189,7 +208,14 @@ class PrivateRetrievalResult:
             f"  queries={Q}, released steps={T}, d={d}",
         ]
         if self.is_private:
-            lines.append(f"  privacy: {self.privacy}")
+            p = self.privacy
+            lines.append(
+                f"  privacy: ({p.epsilon:g}, {p.delta:g})-DP per query; all {Q} queries "
+                f"composed: ({p.epsilon_total:.6g}, {p.delta:g})-DP"
+            )
+            lines.append("  " + str(p).replace("\n", "\n  "))
+        elif self.privacy.not_private_reason:
+            lines.append(f"  privacy: NONE ({self.privacy.not_private_reason}).")
         else:
             lines.append(
                 "  privacy: NONE. The noise uses the per-step rho of the nominal budget "
@@ -227,12 +253,17 @@ def _check_noise(noise: Any, shape: tuple[int, ...]) -> np.ndarray | None:
         return None
     arr = np.asarray(noise)
     if arr.dtype.kind not in "f":
-        raise TypeError(f"noise must be a float array of standard normal draws; got {arr.dtype}.")
+        raise TypeError(
+            f"_innovations must be a float array of standard normal draws; got {arr.dtype}."
+        )
     if arr.shape != shape:
-        raise ValueError(f"noise must have shape {shape} (Q, T, d); got {arr.shape}.")
+        raise ValueError(f"_innovations must have shape {shape} (Q, R, d); got {arr.shape}.")
     if not np.all(np.isfinite(arr)):
-        raise ValueError("noise contains non-finite values.")
+        raise ValueError("_innovations contains non-finite values.")
     return arr.astype(np.float64, copy=False)
+
+
+INNOVATIONS_REASON = "innovations supplied by the caller (_innovations), not drawn"
 
 
 def private_retrieve(
@@ -243,13 +274,14 @@ def private_retrieve(
     epsilon: float,
     delta: float,
     steps: int,
-    kappa: float = 128.0,
+    kappa: float = DEFAULT_KAPPA,
     gamma: float | None = None,
     accounting: str = "rdp",
     output_projection: bool = True,
     seed: Any = None,
-    noise: Any = None,
     return_clean: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    _innovations: Any = None,
 ) -> PrivateRetrievalResult:
     """Release a retrieval trajectory from an LSR memory under (ε, δ)-DP.
 
@@ -281,13 +313,23 @@ def private_retrieve(
     output_projection : bool, default True
         Project each release onto ``B̄(q, (t+1)r)`` (post-processing).
     seed : None, int, SeedSequence or Generator
-        Source of every random draw.
-    noise : array (Q, T, d), optional
-        Standard normal innovations to use instead of drawing them (shape (Q, 1, d) for
-        ``"endpoint"``): pass the same array to two methods to share noise draws, as in
-        the paper's naive-vs-BRACE comparison.
+        Source of every random draw. The innovations ``ξ ~ N(0, I)`` of shape (Q, T, d)
+        are the first draw (the endpoint method uses the last step's), so two calls with
+        the same seed and shapes share their noise draws — the paper's naive-vs-BRACE
+        comparison. ``params["seed"]`` records it reproducibly (an int, the
+        SeedSequence's entropy and spawn key, or a Generator's bit-generator state
+        before the draw; :func:`brace._validation.rng_from_record` rebuilds it).
     return_clean : bool
         Also return the noiseless trajectory (NOT private; for evaluation only).
+    progress : callable ``progress(t, T)``, optional
+        Called after each released step (``t = 1..T``; once for the endpoint method);
+        the CLI uses it for a progress bar on long horizons. Horizons are bounded by
+        :data:`brace._validation.MAX_STEPS`.
+    _innovations : array (Q, R, d), private
+        Internal (the audit scales the innovations to test itself): standard normal
+        draws used instead of drawing them. The result is then marked **not private**
+        (``is_private=False``, ``privacy.event`` a NonPrivateEvent): caller-chosen noise
+        (zeros, say) carries no guarantee.
 
     Returns
     -------
@@ -296,7 +338,9 @@ def private_retrieve(
     Notes
     -----
     Privacy is per query: each query's release is (ε, δ)-DP with respect to replacing
-    one memory. Answering several queries on the same bank composes (spec §4).
+    one memory. Answering several queries on the same bank composes (spec §4):
+    ``res.privacy.epsilon_total`` is the ε of the whole call at the same δ, and
+    :class:`brace.PrivateMemory` tracks the total over calls against a budget.
     """
     if not isinstance(memory, LSRMemory):
         raise TypeError(f"memory must be an LSRMemory; got {type(memory).__name__}.")
@@ -315,13 +359,19 @@ def private_retrieve(
         gamma = check_nonnegative("gamma", gamma)
         if method == "brace" and gamma == 0:
             raise ValueError("gamma must be > 0 for BRACE (γ = 0 is global sensitivity).")
+    proj_flag = check_bool("output_projection", output_projection)
+    return_clean = check_bool("return_clean", return_clean)
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be callable as progress(t, T). Found {progress!r}.")
     Q, d = q.shape
     check_output_size((2, Q, T + 1, d), "the release and its clean trajectory")
     releases = 1 if method == "endpoint" else T
-    xi = _check_noise(noise, (Q, releases, d))
-    rng = check_rng(seed)
+    xi = _check_noise(_innovations, (Q, releases, d))
+    rng, seed_record = rng_and_record(seed)
     if xi is None:
-        xi = rng.standard_normal((Q, releases, d))
+        xi = rng.standard_normal((Q, T, d))
+        if method == "endpoint":
+            xi = xi[:, -1:]
     if method == "naive":
         warnings.warn(
             "method='naive' is NOT differentially private: its noise scale 2r/max(1, m_t) "
@@ -334,22 +384,30 @@ def private_retrieve(
         accounting=accounting, mechanism=method,
     )
     mult = 1.0 / math.sqrt(2.0 * spent.rho_per_step)
+    spent = spent.for_queries(Q)
+    if _innovations is not None:
+        spent = dataclasses.replace(spent, not_private_reason=INNOVATIONS_REASON,
+                                    epsilon_total=math.inf)
     params = {
         "radius": r,
         "kappa": kap,
         "gamma": spent.gamma,
         "steps": T,
-        "output_projection": bool(output_projection),
-        "seed": seed if isinstance(seed, int | type(None)) else repr(seed),
+        "output_projection": proj_flag,
+        "seed": seed_record if _innovations is None else None,
         "accounting": accounting,
     }
     if method == "endpoint":
-        res = _endpoint(memory, q, T, r, mult, xi, output_projection, spent, params, return_clean)
+        res = _endpoint(memory, q, T, r, mult, xi, proj_flag, spent, params, return_clean)
+        if progress is not None:
+            progress(1, 1)
     else:
         res = _iterative(
-            memory, q, method, T, r, kap, spent, mult, xi, output_projection, params,
-            return_clean,
+            memory, q, method, T, r, kap, spent, mult, xi, proj_flag, params,
+            return_clean, progress=progress,
         )
+    if _innovations is not None:
+        res = dataclasses.replace(res, is_private=False)
     return res
 
 
@@ -450,7 +508,7 @@ def _endpoint(memory, q, T, r, mult, xi, proj, spent, params, return_clean):
 
 def _iterative(
     memory, q, method, T, r, kappa, spent, mult, xi, proj, params, return_clean,
-    history=None, trace=None,
+    history=None, trace=None, progress=None,
 ):
     """Run an iterative method. With ``history`` (Q, T+1, d), the released states are
     taken from it instead of being drawn (used to evaluate the certificate along a given
@@ -549,6 +607,8 @@ def _iterative(
         if proj:
             y = _project(y, q, (t + 1) * r)
         Y[:, t] = y
+        if progress is not None:
+            progress(t, T)
     return PrivateRetrievalResult(
         method=method,
         is_private=method in PRIVATE_METHODS,

@@ -621,11 +621,11 @@ def _fig4(cfg, summary, feats, queries, path, plt, method) -> None:
     mem = LSRMemory(feats.bank, beta=s["beta"])
     T, eps = s["steps"], s["epsilon"]
     noiseless = mem.retrieve(q, T)[:, -1]
-    xi = np.random.default_rng(np.random.SeedSequence([cfg.seed, 3])).standard_normal((k, T, 2))
+    shared = np.random.SeedSequence([cfg.seed, 3])  # the same innovations for both methods
     rel = {}
     for m in ("brace", "global"):
         rel[m] = private_retrieve(mem, q, method=m, epsilon=eps, delta=cfg.delta, steps=T,
-                                  kappa=cfg.kappa, gamma=cfg.gamma, noise=xi,
+                                  kappa=cfg.kappa, gamma=cfg.gamma, seed=shared,
                                   accounting=cfg.accounting,
                                   output_projection=cfg.output_projection).final
     rows = [

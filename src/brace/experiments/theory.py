@@ -441,13 +441,12 @@ def run_dimension(cfg: TheoryConfig, seed: Any) -> dict:
         mem = LSRMemory(X, radius=cfg.radius)
         q = _queries_near_memories(X, Q, cfg.query_spread, rng)
         clean = mem.retrieve(q, T)
-        xi = rng.standard_normal((Q, T, d))  # shared by every method and projection flag
+        shared = int(rng.integers(2**63))  # one seed: the same innovations for every method
         for label, m, k in _VARIANTS:
             kappa = (2 * T + 1) ** 2 / T if k == "max" else k
             for proj in (True, False):
                 res = _retrieve(mem, q, m, cfg, kappa=kappa, gamma=None,
-                                output_projection=proj, noise=xi[:, -1:] if m == "endpoint"
-                                else xi)
+                                output_projection=proj, seed=shared)
                 rows.append(_risk_row(res, clean, d=int(d), variant=label, method=m,
                                       kappa=kappa, projection=proj))
     return {"rows": rows, "bound_total": ((2 * T + 1) * cfg.radius) ** 2}
@@ -464,13 +463,12 @@ def run_horizon(cfg: TheoryConfig, seed: Any) -> dict:
     rows = []
     for T in cfg.horizons:
         clean = mem.retrieve(q, T)
-        xi = rng.standard_normal((Q, T, d))
+        shared = int(rng.integers(2**63))  # one seed: the same innovations for every method
         for label, m, k in _VARIANTS:
             kappa = (2 * T + 1) ** 2 / T if k == "max" else k
             for proj in (True, False):
                 res = _retrieve(mem, q, m, cfg, steps=T, kappa=kappa, gamma=None,
-                                output_projection=proj,
-                                noise=xi[:, -1:] if m == "endpoint" else xi)
+                                output_projection=proj, seed=shared)
                 rows.append(_risk_row(res, clean, T=int(T), variant=label, method=m,
                                       kappa=kappa, projection=proj))
     r2 = cfg.radius**2
@@ -489,11 +487,11 @@ def run_activation(cfg: TheoryConfig, seed: Any) -> tuple[dict, dict]:
                            seed=rng)
         mem = LSRMemory(X, radius=cfg.radius)
         q = _queries_near_memories(X, Q, cfg.query_spread, rng)
-        xi = rng.standard_normal((Q, T, d))
+        shared = int(rng.integers(2**63))  # one seed: the same innovations for every kappa
         for kappa in cfg.activation_grid():
             for proj in (True, False):
                 res = _retrieve(mem, q, "brace", cfg, kappa=kappa, gamma=None,
-                                output_projection=proj, noise=xi)
+                                output_projection=proj, seed=shared)
                 chk = activation_check(mem, q, res)
                 rows.append({"d": int(d), "kappa": float(kappa), "projection": proj,
                              "gamma": res.privacy.gamma, **chk.to_dict()})
@@ -526,10 +524,10 @@ def run_root_n(cfg: TheoryConfig, seed: Any) -> tuple[dict, dict]:
             u *= (0.1 * r * rng.uniform(size=(Q, 1)) ** 0.5) / np.linalg.norm(u, axis=1,
                                                                                keepdims=True)
             q = centre + u
-            xi_std = rng.standard_normal((Q, T, 2))
+            shared = int(rng.integers(2**63))
             res = _retrieve(mem, q, "brace", cfg, epsilon=cfg.root_n_epsilon, steps=T,
                             kappa=cfg.kappa, gamma=cfg.root_n_gamma, output_projection=False,
-                            noise=xi_std)
+                            seed=shared)
             hist = np.concatenate([q[:, None], res.outputs[:, :-1]], axis=1)
             cert = certificate(mem, q, hist, method="brace", steps=T, kappa=cfg.kappa,
                                gamma=res.privacy.gamma, output_projection=False)
@@ -600,11 +598,11 @@ def run_correction_cost(cfg: TheoryConfig, seed: Any) -> dict:
     rows = []
     for name, q in qsets.items():
         clean = mem.retrieve(q, T)
-        xi = rng.standard_normal((Q, T, 2))
+        shared = int(rng.integers(2**63))  # one seed: the same innovations for every run
         runs = [("naive", None), ("global", None)] + [("brace", k) for k in cfg.cost_grid()]
         for m, k in runs:
             res = _retrieve(mem, q, m, cfg, epsilon=eps, steps=T, kappa=k or 0.0, gamma=None,
-                            noise=xi)
+                            seed=shared)
             final = ((res.final - clean[:, -1]) ** 2).mean(-1)
             row = {"query_set": name, "method": m, "kappa": k, "private": res.is_private,
                    "label": NOT_DP_LABEL if m == "naive" else m if k is None
