@@ -313,7 +313,8 @@ def test_shapes_and_json(mixture):
         assert res.clean is None
         d = res.to_dict()
         assert d["privacy"]["epsilon"] == 8
-        assert set(d) == {"method", "is_private", "outputs", "queries", "privacy", "params"}
+        assert set(d) == {"method", "is_private", "outputs", "queries", "privacy", "params",
+                          "version", "schema"}
         full = res.to_dict(include_diagnostics=True)
         assert set(full["diagnostics_not_private"]) == set(res.diagnostics())
         json.dumps(full)
