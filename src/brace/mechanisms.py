@@ -222,7 +222,7 @@ class PrivateRetrievalResult:
                 f"(rho = {self.privacy.rho_per_step:.6g}) but scales it by 2r/max(1, m_t), "
                 "which reveals the gate count: NOT differentially private."
             )
-        if diagnostics:
+        if diagnostics and self.noise_std is not None:
             lines.append("  diagnostics (data-dependent, NOT covered by epsilon):")
             lines.append(
                 f"    mean noise std per step: {np.round(self.noise_std.mean(0), 6).tolist()}"
@@ -232,7 +232,10 @@ class PrivateRetrievalResult:
                     "    mean smooth sensitivity per step: "
                     f"{np.round(self.smooth_sensitivity.mean(0), 6).tolist()}"
                 )
-                lines.append(f"    activation rate per step: {self.activated.mean(0).tolist()}")
+                if self.activated is not None:
+                    lines.append(
+                        f"    activation rate per step: {self.activated.mean(0).tolist()}"
+                    )
         return "\n".join(lines)
 
     def __str__(self) -> str:
