@@ -2,10 +2,13 @@
 
 Main entry points: :class:`LSRMemory` / :class:`LSEMemory` (spec §1),
 :func:`private_retrieve` (BRACE and baselines, spec §2–§5),
-:mod:`brace.accounting` (spec §4).
+:class:`PrivateMemory` (many queries within one budget, with a persistent ledger),
+:mod:`brace.accounting` (spec §4), :func:`load_result` (saved releases).
 """
 
+from .budget import BudgetExceededError, PrivateMemory  # noqa: E402  (needs mechanisms)
 from .mechanisms import (
+    DEFAULT_KAPPA,
     METHODS,
     CertificateTrace,
     NotPrivateWarning,
@@ -14,17 +17,25 @@ from .mechanisms import (
     private_retrieve,
 )
 from .memory import LSEMemory, LSRMemory
+from .results import NoiselessResult, load_result, noiseless_retrieve, save_result
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BudgetExceededError",
+    "DEFAULT_KAPPA",
     "METHODS",
     "CertificateTrace",
     "LSEMemory",
     "LSRMemory",
+    "NoiselessResult",
     "NotPrivateWarning",
+    "PrivateMemory",
     "PrivateRetrievalResult",
     "certificate",
+    "load_result",
+    "noiseless_retrieve",
     "private_retrieve",
+    "save_result",
     "__version__",
 ]

@@ -480,7 +480,7 @@ def run_horizon(cfg: TheoryConfig, seed: Any) -> dict:
 def run_activation(cfg: TheoryConfig, seed: Any) -> tuple[dict, dict]:
     """Item 3: activation shares and the per-step activation bound."""
     rng = check_rng(seed)
-    T, Q = cfg.steps, cfg.replications
+    Q = cfg.replications
     rows, raw = [], {}
     for d in cfg.activation_dims:
         X = sample_mixture(cfg.n, spec=embedded_mixture(d, off_plane_std=cfg.off_plane_std),
@@ -525,6 +525,7 @@ def run_root_n(cfg: TheoryConfig, seed: Any) -> tuple[dict, dict]:
                                                                                keepdims=True)
             q = centre + u
             shared = int(rng.integers(2**63))
+            xi_std = np.random.default_rng(shared).standard_normal((Q, T, 2))  # its draws
             res = _retrieve(mem, q, "brace", cfg, epsilon=cfg.root_n_epsilon, steps=T,
                             kappa=cfg.kappa, gamma=cfg.root_n_gamma, output_projection=False,
                             seed=shared)
