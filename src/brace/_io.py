@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -14,7 +15,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "write_json", "save_npz", "load_npy"]
+__all__ = [
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "write_json",
+    "save_npz",
+    "load_npy",
+    "load_csv",
+    "strict_json",
+    "dumps_strict",
+]
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
@@ -54,9 +64,42 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
+def strict_json(obj: Any) -> Any:
+    """``obj`` with every NaN/∞ float replaced by None (JSON has neither). In a dict the
+    key ``<key>_null_reason`` says why ("infinite" or "undefined (NaN)") unless the
+    caller gives one;
+    numpy scalars and arrays become plain Python values."""
+    if isinstance(obj, np.ndarray):
+        obj = obj.tolist()
+    elif isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        out: dict[Any, Any] = {}
+        for k, v in obj.items():
+            if isinstance(v, np.generic):
+                v = v.item()
+            if isinstance(v, float) and not math.isfinite(v):
+                out[k] = None
+                out.setdefault(f"{k}_null_reason",
+                               "infinite" if math.isinf(v) else "undefined (NaN)")
+            else:
+                out[k] = strict_json(v)
+        return out
+    if isinstance(obj, list | tuple):
+        return [strict_json(v) for v in obj]
+    return obj
+
+
+def dumps_strict(obj: Any, **kw: Any) -> str:
+    """``json.dumps`` of :func:`strict_json` (``allow_nan=False``: never bare NaN)."""
+    return json.dumps(strict_json(obj), allow_nan=False, default=_json_default, **kw)
+
+
 def write_json(path: str | os.PathLike, obj: Any) -> Path:
-    """Atomically write ``obj`` as indented JSON."""
-    return atomic_write_text(path, json.dumps(obj, indent=2, default=_json_default) + "\n")
+    """Atomically write ``obj`` as indented, strict JSON (NaN/∞ → null plus a reason)."""
+    return atomic_write_text(path, dumps_strict(obj, indent=2) + "\n")
 
 
 def save_npz(path: str | os.PathLike, **arrays: Any) -> Path:
@@ -66,11 +109,51 @@ def save_npz(path: str | os.PathLike, **arrays: Any) -> Path:
     return atomic_write_bytes(path, buf.getvalue())
 
 
+_NPY_MAGIC = b"\x93NUMPY"
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+def load_csv(path: str | os.PathLike, name: str) -> np.ndarray:
+    """Read a numeric CSV: comma-separated numbers, one row per line, no header (lines
+    starting with ``#`` are comments). Every entry is parsed as float64; a non-numeric
+    entry is an error naming the file and line, never a silent NaN."""
+    p = Path(path)
+    rows = []
+    with open(p, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            text = line.strip()
+            if not text or text.startswith("#"):
+                continue
+            try:
+                rows.append([float(x) for x in text.split(",")])
+            except ValueError:
+                raise ValueError(
+                    f"{name} file {p}, line {lineno}: not a comma-separated list of numbers "
+                    f"({text[:60]!r}). CSV input must be numeric, without a header."
+                ) from None
+    if not rows:
+        raise ValueError(f"{name} file {p} holds no rows.")
+    widths = {len(r) for r in rows}
+    if len(widths) != 1:
+        raise ValueError(f"{name} file {p}: rows have different lengths {sorted(widths)}.")
+    return np.asarray(rows, dtype=np.float64)
+
+
 def load_npy(path: str | os.PathLike, name: str) -> np.ndarray:
-    """Load a ``.npy`` (or the single array of a ``.npz``) with a clear error message."""
+    """Load a ``.npy``, the single array of a ``.npz``, or a numeric ``.csv``
+    (:func:`load_csv`), with a clear error message for anything else."""
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"{name} file not found: {p}")
+    if p.suffix.lower() == ".csv":
+        return load_csv(p, name)
+    with open(p, "rb") as fh:
+        head = fh.read(6)
+    if not (head.startswith(_NPY_MAGIC) or head.startswith(_ZIP_MAGIC)):
+        raise ValueError(
+            f"{name} file {p} is not a .npy or .npz file (it does not start with the numpy "
+            "header). Save it with numpy.save, or give a numeric CSV with a .csv name."
+        )
     try:
         obj = np.load(p, allow_pickle=False)
     except Exception as exc:  # numpy raises several types for corrupt files

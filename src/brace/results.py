@@ -21,7 +21,6 @@ arrays in NPZ). JSON is strict: no NaN or ∞ (null plus a ``<key>_null_reason``
 from __future__ import annotations
 
 import json
-import math
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ._io import atomic_write_text, save_npz
+from ._io import atomic_write_text, save_npz, strict_json
 from ._validation import check_queries, check_steps
 from .accounting import PrivacySpent
 from .mechanisms import (
@@ -133,23 +132,6 @@ def _format(path: Path) -> str:
     return suffix[1:]
 
 
-def _strict(obj: Any) -> Any:
-    """Replace non-finite floats by None (strict JSON) — with a reason next to them."""
-    if isinstance(obj, dict):
-        out = {}
-        for k, v in obj.items():
-            if isinstance(v, float) and not math.isfinite(v):
-                out[k] = None
-                out.setdefault(f"{k}_null_reason", "infinite" if math.isinf(v) else "undefined")
-            else:
-                out[k] = _strict(v)
-        return out
-    if isinstance(obj, list | tuple):
-        return [None if isinstance(v, float) and not math.isfinite(v) else _strict(v)
-                for v in obj]
-    return obj
-
-
 def save_result(
     result: PrivateRetrievalResult | NoiselessResult,
     path: str | os.PathLike,
@@ -169,7 +151,7 @@ def save_result(
                 k: (v.tolist() if isinstance(v, np.ndarray) else v)
                 for k, v in result.diagnostics().items()
             }
-        return atomic_write_text(p, json.dumps(_strict(d), indent=1, allow_nan=False) + "\n")
+        return atomic_write_text(p, json.dumps(strict_json(d), indent=1, allow_nan=False) + "\n")
     arrays: dict[str, Any] = {
         "schema": np.asarray(d["schema"]),
         "version": np.asarray(d["version"]),
@@ -177,8 +159,8 @@ def save_result(
         "is_private": np.asarray(bool(d["is_private"])),
         "outputs": np.asarray(result.outputs),
         "queries": np.asarray(result.queries),
-        "privacy": np.asarray(json.dumps(_strict(d["privacy"]), allow_nan=False)),
-        "params": np.asarray(json.dumps(_strict(d["params"]), allow_nan=False)),
+        "privacy": np.asarray(json.dumps(strict_json(d["privacy"]), allow_nan=False)),
+        "params": np.asarray(json.dumps(strict_json(d["params"]), allow_nan=False)),
     }
     if "warning" in d:
         arrays["warning"] = np.asarray(d["warning"])
