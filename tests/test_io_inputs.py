@@ -55,6 +55,7 @@ def test_json_output_is_strict_with_reasons(tmp_path):
     assert doc["sd"] is None and doc["sd_null_reason"] == "undefined (NaN)"
     assert doc["eps"] is None and doc["eps_null_reason"] == "infinite"
     assert doc["arr"] == [1.0, None] and doc["n"] is None and doc["ok"] == 1.5
+    assert "NaN" in doc["arr_null_reason"] and "ok_null_reason" not in doc
     assert doc["nested"] == [{"v": None, "v_null_reason": "undefined (NaN)"}]
     assert doc["given_null_reason"] == "fewer than 2 memories"
     p = write_json(tmp_path / "o.json", obj)

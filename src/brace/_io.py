@@ -86,10 +86,25 @@ def strict_json(obj: Any) -> Any:
                                "infinite" if math.isinf(v) else "undefined (NaN)")
             else:
                 out[k] = strict_json(v)
+                if _has_non_finite(v):
+                    out.setdefault(f"{k}_null_reason",
+                                   "null entries were undefined (NaN) or infinite")
         return out
     if isinstance(obj, list | tuple):
         return [strict_json(v) for v in obj]
     return obj
+
+
+def _has_non_finite(v: Any) -> bool:
+    if isinstance(v, np.ndarray):
+        return v.dtype.kind in "fc" and not bool(np.all(np.isfinite(v)))
+    if isinstance(v, list | tuple):
+        return any(
+            (isinstance(x, float | np.floating) and not math.isfinite(x))
+            or (isinstance(x, list | tuple | np.ndarray) and _has_non_finite(x))
+            for x in v
+        )
+    return False
 
 
 def dumps_strict(obj: Any, **kw: Any) -> str:
