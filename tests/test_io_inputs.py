@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from brace._io import dumps_strict, load_npy, write_json
+from brace._io import check_output_path, dumps_strict, load_npy, write_json
 
 
 def test_csv_bank_is_read_as_float64(tmp_path):
@@ -60,3 +60,20 @@ def test_json_output_is_strict_with_reasons(tmp_path):
     assert doc["given_null_reason"] == "fewer than 2 memories"
     p = write_json(tmp_path / "o.json", obj)
     json.loads(p.read_text(), parse_constant=lambda c: pytest.fail(f"bare {c}"))
+
+
+def test_output_path_checks(tmp_path):
+    bank = tmp_path / "bank.npy"
+    np.save(bank, np.zeros((2, 2)))
+    with pytest.raises(ValueError, match="same file as --bank"):
+        check_output_path(bank, inputs={"--bank": bank})
+    with pytest.raises(ValueError, match="same file as --bank"):
+        check_output_path(tmp_path / "." / "bank.npy", inputs={"--bank": str(bank)})
+    with pytest.raises(ValueError, match="already exists; pass --overwrite"):
+        check_output_path(bank, inputs={"--queries": tmp_path / "q.npy"})
+    assert check_output_path(bank, overwrite=True) == bank
+    with pytest.raises(ValueError, match=r"must end in \.npz or \.json"):
+        check_output_path(tmp_path / "o.txt", suffixes=(".npz", ".json"))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        check_output_path(tmp_path / "no" / "o.npz")
+    assert check_output_path(tmp_path / "new.npz", suffixes=(".npz",)).name == "new.npz"

@@ -24,6 +24,7 @@ __all__ = [
     "load_csv",
     "strict_json",
     "dumps_strict",
+    "check_output_path",
 ]
 
 
@@ -180,3 +181,56 @@ def load_npy(path: str | os.PathLike, name: str) -> np.ndarray:
                 raise ValueError(f"{name} file {p} must hold exactly one array; found {keys}.")
             return obj[keys[0]]
     return obj
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        if a.exists() and b.exists():
+            return os.path.samefile(a, b)
+    except OSError:
+        pass
+    return a.resolve() == b.resolve()
+
+
+def check_output_path(
+    path: str | os.PathLike,
+    *,
+    inputs: dict[str, str | os.PathLike | None] | None = None,
+    overwrite: bool = False,
+    suffixes: tuple[str, ...] | None = None,
+    name: str = "--out",
+    is_dir: bool = False,
+) -> Path:
+    """Check an output path *before* anything is computed.
+
+    Refuses a path that is one of the ``inputs`` (by name: ``{"--bank": path, …}``), a
+    wrong suffix, a missing parent directory, and an existing file unless ``overwrite``
+    (the message says to pass ``--overwrite``). ``is_dir``: the output is a directory
+    (it may exist; files in it are replaced atomically).
+    """
+    p = Path(path)
+    for label, other in (inputs or {}).items():
+        if other is not None and _same_file(p, Path(other)):
+            raise ValueError(
+                f"{name} {str(p)!r} is the same file as {label} {str(other)!r}: writing it "
+                "would destroy an input. Choose another output path."
+            )
+    if suffixes is not None and p.suffix.lower() not in suffixes:
+        raise ValueError(
+            f"{name} must end in {' or '.join(suffixes)}; got {str(p)!r}."
+        )
+    if is_dir:
+        if p.exists() and not p.is_dir():
+            raise ValueError(f"{name} {str(p)!r} exists and is not a directory.")
+        return p
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise FileNotFoundError(f"{name}: output directory does not exist: {parent}")
+    if p.is_dir():
+        raise ValueError(f"{name} {str(p)!r} is a directory; give a file path.")
+    if p.exists() and not overwrite:
+        raise ValueError(
+            f"{name} {str(p)!r} already exists; pass --overwrite to replace it, or choose "
+            "another path."
+        )
+    return p
