@@ -84,7 +84,7 @@ def test_retrieve_bad_files(files, capsys):
     np.save(tmp / "q3.npy", np.zeros((2, 3)))
     cases = [
         (["--bank", str(tmp / "missing.npy")], "bank file not found"),
-        (["--bank", str(tmp / "corrupt.npy")], "cannot read bank file"),
+        (["--bank", str(tmp / "corrupt.npy")], "is not a .npy or .npz file"),
         (["--bank", str(tmp / "bank.npy"), "--queries", str(tmp / "q3.npy")],
          "dimension mismatch"),
     ]
