@@ -243,3 +243,19 @@ def test_default_kappa_is_shared():
 
     sig = inspect.signature(private_retrieve)
     assert sig.parameters["kappa"].default == brace.DEFAULT_KAPPA
+
+
+@pytest.mark.parametrize("method", ["brace", "global", "endpoint", "naive"])
+def test_diagnostics_recomputed_for_a_loaded_release(mem, tmp_path, method):
+    m, _ = mem
+    res = run(mem, method, kappa=0.0)
+    back = brace.results.with_diagnostics(m, load_result(save_result(res, tmp_path / "r.npz")))
+    for k in ("noise_std", "gate_released", "activated", "smooth_sensitivity"):
+        a, b = getattr(res, k), getattr(back, k)
+        if a is None:
+            assert b is None
+        else:
+            np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12)
+    other = LSRMemory(m.bank, radius=0.7)
+    with pytest.raises(ValueError, match="radius"):
+        brace.results.with_diagnostics(other, res)

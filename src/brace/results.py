@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ __all__ = [
     "noiseless_retrieve",
     "save_result",
     "load_result",
+    "with_diagnostics",
 ]
 
 RESULT_KEYS = ("schema", "version", "method", "is_private", "outputs", "queries", "privacy",
@@ -260,3 +261,42 @@ def load_result(path: str | os.PathLike) -> PrivateRetrievalResult | NoiselessRe
         queries=queries,
         **fields,
     )
+
+
+def with_diagnostics(memory: LSRMemory, result: PrivateRetrievalResult) -> PrivateRetrievalResult:
+    """``result`` with its diagnostics recomputed on ``memory`` along the released states
+    (for a loaded release saved without them, e.g. one returned by PrivateMemory).
+
+    The diagnostics are a deterministic function of the bank, the queries and the
+    released history, so this reproduces what :func:`brace.private_retrieve` returned
+    (up to floating-point rounding). They are **not** covered by ε: use them for
+    evaluation (``brace uq``), never publish them with the release.
+    """
+    from .mechanisms import _iterative
+
+    if not isinstance(result, PrivateRetrievalResult):
+        raise TypeError(f"result must be a PrivateRetrievalResult; got {type(result).__name__}.")
+    if not isinstance(memory, LSRMemory):
+        raise TypeError(f"memory must be an LSRMemory; got {type(memory).__name__}.")
+    X, _ = memory._bank()
+    q, _ = check_queries(result.queries, X.shape[1], name="the release's queries")
+    p, prm = result.privacy, result.params
+    T = check_steps(prm["steps"])
+    r = memory.radius_
+    if r != float(prm["radius"]):
+        raise ValueError(f"the release was computed with radius {prm['radius']}; this memory "
+                         f"has radius {r}. Use the bank and radius of the release.")
+    mult = p.noise_multiplier
+    proj = bool(prm.get("output_projection", True))
+    if result.method == "endpoint":
+        Q = q.shape[0]
+        zeros = np.zeros((Q, 1), dtype=np.int64)
+        return replace(result, noise_std=np.full((Q, 1), 2.0 * T * r * mult),
+                       activated=np.zeros((Q, 1), dtype=bool), gate_clean=zeros,
+                       gate_released=zeros.copy(), left=zeros.copy(), entered=zeros.copy(),
+                       correction_norm=np.zeros((Q, 1)), smooth_sensitivity=None)
+    hist = np.concatenate([q[:, None], result.outputs], axis=1)
+    kappa = float(prm.get("kappa", 128.0))
+    diag = _iterative(memory, q, result.method, T, r, kappa, p, mult, None, proj, {}, False,
+                      history=hist)
+    return replace(result, **{k: getattr(diag, k) for k in DIAGNOSTIC_FIELDS})
