@@ -1,0 +1,175 @@
+"""brace retrieve: safe defaults, output checks, --ledger; brace ledger show."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from brace import LSRMemory, NoiselessResult, PrivateRetrievalResult, load_result
+from brace.cli import main
+from brace.ledger import read_ledger
+
+
+@pytest.fixture()
+def files(tmp_path):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(80, 2))
+    q = X[:3] + 0.05
+    np.save(tmp_path / "bank.npy", X)
+    np.save(tmp_path / "q.npy", q)
+    return tmp_path, X, q
+
+
+def base(tmp, out="r.npz", *extra):
+    return ["retrieve", "--bank", str(tmp / "bank.npy"), "--queries", str(tmp / "q.npy"),
+            "--radius", "0.8", "--steps", "3", "--out", str(tmp / out), *extra]
+
+
+def test_retrieve_without_method_is_private_or_refused(files, capsys):
+    tmp, X, q = files
+    rc = main(base(tmp))
+    err = capsys.readouterr().err
+    assert rc == 2 and "--epsilon is required" in err and "--method none" in err
+    assert not (tmp / "r.npz").exists()
+    rc = main(base(tmp, "r.npz", "--epsilon", "4", "--seed", "0"))
+    out = capsys.readouterr().out
+    assert rc == 0
+    res = load_result(tmp / "r.npz")
+    assert isinstance(res, PrivateRetrievalResult)
+    assert res.method == "brace" and res.is_private and res.privacy.epsilon == 4
+    assert "all 3 queries composed" in out
+
+
+def test_method_none_writes_the_labelled_noiseless_trajectory(files, capsys):
+    tmp, X, q = files
+    rc = main(base(tmp, "n.npz", "--method", "none"))
+    cap = capsys.readouterr()
+    assert rc == 0 and "WARNING" in cap.err and "NOT differentially private" in cap.err
+    res = load_result(tmp / "n.npz")
+    assert isinstance(res, NoiselessResult) and not res.is_private
+    np.testing.assert_array_equal(res.outputs, LSRMemory(X, radius=0.8).retrieve(q, 3)[:, 1:])
+    with np.load(tmp / "n.npz") as z:
+        assert "NOT differentially private" in str(z["warning"])
+        assert not bool(z["is_private"])
+
+
+@pytest.mark.parametrize("which", ["bank", "q"])
+def test_output_equal_to_an_input_is_refused(files, capsys, which):
+    tmp, X, q = files
+    before = (tmp / f"{which}.npy").read_bytes()
+    argv = base(tmp, "x.npz", "--epsilon", "4", "--overwrite")
+    argv[argv.index("--out") + 1] = str(tmp / f"{which}.npy")
+    assert main(argv) == 2
+    assert "would destroy an input" in capsys.readouterr().err
+    assert (tmp / f"{which}.npy").read_bytes() == before
+
+
+def test_existing_output_needs_overwrite(files, capsys):
+    tmp, X, q = files
+    (tmp / "r.npz").write_bytes(b"keep me")
+    assert main(base(tmp, "r.npz", "--epsilon", "4")) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert (tmp / "r.npz").read_bytes() == b"keep me"
+    assert main(base(tmp, "r.npz", "--epsilon", "4", "--overwrite", "--seed", "1")) == 0
+    assert load_result(tmp / "r.npz").is_private
+
+
+def test_json_output_and_csv_bank(files, capsys):
+    tmp, X, q = files
+    np.savetxt(tmp / "bank.csv", X, delimiter=",")
+    argv = base(tmp, "r.json", "--epsilon", "4", "--seed", "2", "--method", "global")
+    argv[argv.index("--bank") + 1] = str(tmp / "bank.csv")
+    assert main(argv) == 0
+    doc = json.loads((tmp / "r.json").read_text())
+    assert doc["method"] == "global" and doc["is_private"] is True
+    assert load_result(tmp / "r.json").outputs.shape == (3, 3, 2)
+
+
+def test_retrieve_through_a_ledger(files, capsys):
+    tmp, X, q = files
+    led = tmp / "ledger.json"
+    argv = [*base(tmp, "a.npz", "--epsilon", "1", "--delta", "1e-6", "--seed", "0"),
+            "--ledger", str(led), "--budget", "6", "--budget-delta", "1e-5"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    state = read_ledger(led)
+    assert len(state.releases) == 1 and f"{state.spent:.6g}" in out and "remaining" in out
+    # the budget is read from an existing ledger
+    argv2 = [*base(tmp, "b.npz", "--epsilon", "1", "--delta", "1e-6", "--seed", "1"),
+             "--ledger", str(led)]
+    assert main(argv2) == 0
+    capsys.readouterr()
+    assert len(read_ledger(led).releases) == 2
+    # over the budget: refused, nothing written, nothing spent
+    argv3 = [*base(tmp, "c.npz", "--epsilon", "5", "--delta", "1e-6"), "--ledger", str(led)]
+    assert main(argv3) == 2
+    err = capsys.readouterr().err
+    assert "over the budget" in err and "remaining" in err
+    assert not (tmp / "c.npz").exists() and len(read_ledger(led).releases) == 2
+    # the show command: releases, total, what is left, the fingerprint
+    assert main(["ledger", "show", str(led)]) == 0
+    shown = capsys.readouterr().out
+    st = read_ledger(led)
+    assert st.fingerprint["sha256"] in shown and f"{st.spent:.6g}" in shown
+    assert f"{st.remaining:.6g}" in shown and shown.count("method=brace") == 2
+    assert main(["ledger", "show", str(led), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["spent_epsilon"] == st.spent and len(doc["releases"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        (["--method", "naive", "--epsilon", "1", "--budget", "5"], "NOT differentially private"),
+        (["--method", "none", "--budget", "5"], "--method none"),
+        (["--epsilon", "1"], "--budget is required"),
+        (["--epsilon", "1", "--budget", "5", "--diagnostics"], "--diagnostics"),
+    ],
+)
+def test_ledger_refusals(files, capsys, extra, match):
+    tmp, X, q = files
+    led = tmp / "ledger.json"
+    assert main([*base(tmp, "r.npz", *extra), "--ledger", str(led)]) == 2
+    assert match in capsys.readouterr().err
+    assert not (tmp / "r.npz").exists()
+
+
+def test_budget_without_ledger_is_an_error(files, capsys):
+    tmp, X, q = files
+    assert main(base(tmp, "r.npz", "--epsilon", "1", "--budget", "5")) == 2
+    assert "--ledger" in capsys.readouterr().err
+
+
+def test_ledger_show_prices_a_saved_release(files, capsys):
+    tmp, X, q = files
+    led = tmp / "ledger.json"
+    assert main([*base(tmp, "a.npz", "--epsilon", "1", "--seed", "0"), "--ledger", str(led),
+                 "--budget", "3"]) == 0
+    assert main(base(tmp, "b.npz", "--epsilon", "2", "--seed", "1", "--method", "global")) == 0
+    capsys.readouterr()
+    assert main(["ledger", "show", str(tmp / "b.npz"), "--ledger", str(led), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    res = load_result(tmp / "b.npz")
+    assert doc["epsilon_total"] == res.privacy.epsilon_total
+    assert doc["ledger"]["fits"] is False  # 3 queries at eps 2 on top of what is spent
+    assert read_ledger(led).releases and len(read_ledger(led).releases) == 1  # read only
+    assert main(base(tmp, "n.npz", "--method", "none")) == 0
+    capsys.readouterr()
+    assert main(["ledger", "show", str(tmp / "n.npz")]) == 0
+    assert "NOT differentially private" in capsys.readouterr().out
+
+
+def test_ledger_show_reports_damage(files, capsys):
+    tmp, X, q = files
+    (tmp / "bad.json").write_text('{"format": "brace-ledger/1", "releases": [')
+    assert main(["ledger", "show", str(tmp / "bad.json")]) == 2
+    assert "corrupt or truncated" in capsys.readouterr().err
+
+
+def test_horizon_bound_and_progress(files, capsys):
+    tmp, X, q = files
+    assert main(base(tmp, "r.npz", "--epsilon", "1", "--steps", "100000000")) == 2
+    assert "at most 10000" in capsys.readouterr().err
+    assert not (tmp / "r.npz").exists()
