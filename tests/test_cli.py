@@ -25,10 +25,13 @@ def test_retrieve_noiseless_matches_library(files):
     tmp, X, q = files
     out = tmp / "out.npz"
     rc = main(["retrieve", "--bank", str(tmp / "bank.npy"), "--queries", str(tmp / "q.npy"),
-               "--radius", "0.8", "--steps", "4", "--out", str(out)])
+               "--radius", "0.8", "--steps", "4", "--out", str(out), "--method", "none"])
     assert rc == 0
     with np.load(out) as z:
-        np.testing.assert_array_equal(z["trajectory"], LSRMemory(X, radius=0.8).retrieve(q, 4))
+        traj = LSRMemory(X, radius=0.8).retrieve(q, 4)
+        np.testing.assert_array_equal(z["outputs"], traj[:, 1:])
+        np.testing.assert_array_equal(z["queries"], traj[:, 0])
+        assert str(z["method"]) == "none" and not bool(z["is_private"])
 
 
 def test_retrieve_private_and_naive_warning(files, capsys):
@@ -45,7 +48,8 @@ def test_retrieve_private_and_naive_warning(files, capsys):
         # only the release: no data-dependent diagnostics unless asked for
         assert not any("sensitivity" in k or "gate" in k or "noise" in k for k in z.files)
     assert "smooth sensitivity" not in capsys.readouterr().out
-    assert main(args + ["--method", "brace", "--out", str(out), "--diagnostics"]) == 0
+    assert main(args + ["--method", "brace", "--out", str(out), "--diagnostics",
+                        "--overwrite"]) == 0
     assert "NOT covered by epsilon" in capsys.readouterr().out
     with np.load(out) as z:
         assert z["diagnostic_not_private_smooth_sensitivity"].shape == (3, 3)
@@ -60,8 +64,8 @@ def test_retrieve_private_and_naive_warning(files, capsys):
 @pytest.mark.parametrize(
     "extra, match",
     [
-        (["--radius", "0.8", "--steps", "0"], "steps must be >= 1"),
-        (["--radius", "-1", "--steps", "2"], "radius must be > 0"),
+        (["--radius", "0.8", "--steps", "0", "--method", "none"], "steps must be >= 1"),
+        (["--radius", "-1", "--steps", "2", "--method", "none"], "radius must be > 0"),
         (["--radius", "0.8", "--steps", "2", "--method", "brace"], "--epsilon is required"),
         (["--radius", "0.8", "--steps", "2", "--method", "brace", "--epsilon", "0"],
          "epsilon must be > 0"),
@@ -90,12 +94,13 @@ def test_retrieve_bad_files(files, capsys):
     ]
     for extra, match in cases:
         rc = main(["retrieve", "--queries", str(tmp / "q.npy"), *extra, "--radius", "1",
-                   "--steps", "1", "--out", str(tmp / "x.npz")])
+                   "--steps", "1", "--out", str(tmp / "x.npz"), "--method", "none"])
         assert rc == 2
         assert match in capsys.readouterr().err
     assert not (tmp / "x.npz").exists()
     rc = main(["retrieve", "--bank", str(tmp / "bank.npy"), "--queries", str(tmp / "q.npy"),
-               "--radius", "1", "--steps", "1", "--out", str(tmp / "nodir" / "x.npz")])
+               "--radius", "1", "--steps", "1", "--out", str(tmp / "nodir" / "x.npz"),
+               "--method", "none"])
     assert rc == 2
     assert "output directory does not exist" in capsys.readouterr().err
 
