@@ -10,10 +10,10 @@ import pytest
 from brace import DEFAULT_KAPPA
 from brace.audit import (
     AuditConfig,
+    _runs_to_certify,
     clopper_pearson_upper,
     epsilon_lower_bound,
     max_certifiable_epsilon,
-    runs_needed,
 )
 
 
@@ -28,11 +28,24 @@ def test_max_certifiable_epsilon_is_the_zero_error_bound(n):
     assert epsilon_lower_bound(cp[:, None], cp[None, :], 1e-5).max() <= want * (1 + 1e-12)
 
 
-@pytest.mark.parametrize("eps", [1.0, 4.0, 8.0])
-def test_runs_needed_is_the_smallest_sufficient_count(eps):
-    n = runs_needed(eps, 0.05, 40, 1e-5)
-    assert max_certifiable_epsilon(n, 0.05, 40, 1e-5) > eps
-    assert max_certifiable_epsilon(n - 1, 0.05, 40, 1e-5) <= eps
+@pytest.mark.parametrize(("p_fp", "p_fn", "eps"), [(0.0, 0.0, 4.0), (0.002, 0.5, 4.0),
+                                                  (0.01, 0.3, 1.0), (0.0, 0.9, 1.0)])
+def test_runs_to_certify_is_sufficient_and_nearly_minimal(p_fp, p_fn, eps):
+    n = _runs_to_certify(p_fp, p_fn, eps, 0.05, 40, 1e-5)
+    a = 0.05 / 40
+
+    def certified(m):
+        cp = clopper_pearson_upper([math.ceil(p_fp * m), math.ceil(p_fn * m)], m, a)
+        return float(epsilon_lower_bound(cp[0], cp[1], 1e-5))
+
+    assert certified(n) > eps
+    assert certified(int(n * 0.98) - 1) <= eps or n <= 2
+    if p_fp == p_fn == 0.0:
+        assert max_certifiable_epsilon(n, 0.05, 40, 1e-5) > eps
+
+
+def test_rates_that_do_not_exceed_the_claim_need_no_runs():
+    assert _runs_to_certify(0.3, 0.3, 1.0, 0.05, 40, 1e-5) is None
 
 
 def test_audit_default_kappa_is_the_library_default():

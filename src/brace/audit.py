@@ -90,7 +90,6 @@ __all__ = [
     "candidate_pairs",
     "clopper_pearson_upper",
     "max_certifiable_epsilon",
-    "runs_needed",
     "epsilon_lower_bound",
     "error_counts",
     "certify_thresholds",
@@ -153,6 +152,10 @@ def epsilon_lower_bound(fpr_upper: Any, fnr_upper: Any, delta: float) -> np.ndar
     return np.maximum(_log_ratio(1.0 - dl - f, p), _log_ratio(1.0 - dl - p, f))
 
 
+def _finite_or_none(v: float) -> float | None:
+    return v if math.isfinite(v) else None
+
+
 def max_certifiable_epsilon(n_runs: int, alpha: float, n_bounds: int, delta: float) -> float:
     """The largest ε_lb that ``n_runs`` per side can certify (zero errors on both sides)
     with ``n_bounds`` Bonferroni-corrected bounds at total level ``alpha``."""
@@ -162,15 +165,30 @@ def max_certifiable_epsilon(n_runs: int, alpha: float, n_bounds: int, delta: flo
     return float(epsilon_lower_bound(u, u, delta))
 
 
-def runs_needed(claimed_epsilon: float, alpha: float, n_bounds: int, delta: float) -> int:
-    """Smallest runs per side with ``max_certifiable_epsilon > claimed_epsilon``:
-    ``U = 1 − (α/n_bounds)^{1/n} < (1 − δ)/(1 + e^ε)``."""
-    a = _check_alpha(alpha) / check_int_at_least("n_bounds", n_bounds, 1)
-    u_star = (1.0 - float(delta)) / (1.0 + math.exp(min(float(claimed_epsilon), 700.0)))
-    n = max(1, math.floor(math.log(a) / math.log1p(-u_star)))
-    while max_certifiable_epsilon(n, alpha, n_bounds, delta) <= claimed_epsilon:
-        n += 1
-    return n
+def _runs_to_certify(p_fp: float, p_fn: float, claim: float, alpha: float, n_bounds: int,
+                     delta: float, *, start: int = 1, limit: int = 10**9) -> int | None:
+    """Smallest ``n ≥ start`` (to 1 %) whose Clopper–Pearson bounds at error counts
+    ``⌈p·n⌉`` certify ``ε_lb > claim``; None if the rates cannot or ``n > limit``."""
+    if float(epsilon_lower_bound(p_fp, p_fn, delta)) <= claim:
+        return None
+    a = _check_alpha(alpha) / n_bounds
+
+    def ok(n: int) -> bool:
+        cp = clopper_pearson_upper([math.ceil(p_fp * n), math.ceil(p_fn * n)], n, a)
+        return float(epsilon_lower_bound(cp[0], cp[1], delta)) > claim
+
+    lo, hi = max(1, start), max(2, start)
+    while not ok(hi):
+        lo, hi = hi, hi * 2
+        if hi > limit:
+            return None
+    while hi - lo > max(1, hi // 100):
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def _log_ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -463,18 +481,45 @@ class AuditResult:
     def max_certifiable_epsilon(self) -> float:
         """The largest ε_lb these runs could certify: no error at all on either side,
         ``ln((1 − δ − U)/U)`` with ``U`` the Clopper–Pearson bound of 0 errors in
-        ``n_runs`` at level ``α/n_bounds``. A row whose claim is at least this is
-        *under-powered*: it could not catch a violation, whatever the mechanism."""
+        ``n_runs`` at level ``α/n_bounds``."""
         return max_certifiable_epsilon(self.n_runs, self.alpha, self.n_bounds, self.delta)
 
     @property
-    def underpowered(self) -> bool:
-        return self.max_certifiable_epsilon <= self.claimed_epsilon
+    def point_epsilon(self) -> float:
+        """The best ε of the chosen tests at their *observed* error rates (no confidence
+        penalty): what the runs show, as opposed to what they certify."""
+        best = 0.0
+        for c in self.certified:
+            e = epsilon_lower_bound(c.false_positives / self.n_runs,
+                                    c.false_negatives / self.n_runs, self.delta)
+            best = max(best, float(np.max(e)))
+        return best
 
     @property
-    def runs_needed(self) -> int:
-        """Smallest runs per side whose ``max_certifiable_epsilon`` exceeds the claim."""
-        return runs_needed(self.claimed_epsilon, self.alpha, self.n_bounds, self.delta)
+    def underpowered(self) -> bool:
+        """Not caught, but only for want of runs: either no outcome of ``n_runs`` runs
+        could certify more than the claim, or the observed rates already exceed it and
+        the Clopper–Pearson penalty of so few runs hides it."""
+        if self.exceeds_claim:
+            return False
+        return (self.max_certifiable_epsilon <= self.claimed_epsilon
+                or self.point_epsilon > self.claimed_epsilon)
+
+    @property
+    def runs_needed(self) -> int | None:
+        """Runs per side that would certify the claim at the observed error rates (None
+        when the observed rates do not exceed the claim, or more than 10⁹ would be)."""
+        if self.exceeds_claim:
+            return None
+        best: int | None = None
+        for c in self.certified:
+            for fp, fn in zip(c.false_positives, c.false_negatives, strict=True):
+                n = _runs_to_certify(fp / self.n_runs, fn / self.n_runs,
+                                     self.claimed_epsilon, self.alpha, self.n_bounds,
+                                     self.delta, start=self.n_runs)
+                if n is not None and (best is None or n < best):
+                    best = n
+        return best
 
     @property
     def verdict(self) -> str:
@@ -499,6 +544,7 @@ class AuditResult:
             "exceeds_claim": self.exceeds_claim,
             "verdict": self.verdict,
             "max_certifiable_epsilon": self.max_certifiable_epsilon,
+            "point_epsilon": _finite_or_none(self.point_epsilon),
             "underpowered": self.underpowered,
             "runs_needed": self.runs_needed,
             "alpha": self.alpha,
@@ -1135,7 +1181,7 @@ def report(rc: ReportConfig = ReportConfig(), *, progress: bool = True) -> dict:
         "naive_and_broken_caught": caught,
         "passed": private_ok and caught,
         "overall": overall,
-        "runs_needed": max((r["runs_needed"] for r in under), default=None),
+        "runs_needed": max((r["runs_needed"] or 0 for r in under), default=None) or None,
         "wall_time_s": time.perf_counter() - t0,
     }
 
@@ -1167,12 +1213,13 @@ def format_report(rep: dict) -> str:
         f"{rep['naive_and_broken_caught']}",
     ]
     overall = rep.get("overall", "PASS" if rep["passed"] else "FAIL")
-    if overall == "UNDERPOWERED":
+    if any(r["verdict"] == "UNDERPOWERED" for r in rep["rows"]):
         lines.append(
-            "UNDERPOWERED rows had too few runs to certify any eps_lb above their claim, "
-            "so they could not catch "
-            f"the naive baseline or broken noise; use --runs {rep['runs_needed']} or more "
-            "(this is not a failure of the mechanisms)."
+            "UNDERPOWERED rows: too few runs to certify that the claim is exceeded (their "
+            "observed error rates exceed it, or no outcome of so few runs could)"
+            + (f"; about --runs {rep['runs_needed']} would certify it"
+               if rep.get("runs_needed") else "; use many more --runs")
+            + " (this is not a failure of the mechanisms)."
         )
     lines.append(f"overall: {overall}; wall time {rep['wall_time_s']:.0f} s")
     return "\n".join(lines)
