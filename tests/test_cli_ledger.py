@@ -173,3 +173,16 @@ def test_horizon_bound_and_progress(files, capsys):
     assert main(base(tmp, "r.npz", "--epsilon", "1", "--steps", "100000000")) == 2
     assert "at most 10000" in capsys.readouterr().err
     assert not (tmp / "r.npz").exists()
+
+
+def test_synthetic_checks_its_output_before_computing(tmp_path, capsys, monkeypatch):
+    import brace.experiments.synthetic as syn
+
+    monkeypatch.setattr(syn, "run_synthetic", lambda *a, **k: pytest.fail("computed"))
+    (tmp_path / "file").write_text("x")
+    assert main(["experiment", "synthetic", "--out", str(tmp_path / "file"),
+                 "--no-progress"]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    assert main(["experiment", "synthetic", "--out", str(tmp_path / "file" / "sub"),
+                 "--no-progress"]) == 2
+    assert "is a file" in capsys.readouterr().err

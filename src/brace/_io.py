@@ -222,6 +222,13 @@ def check_output_path(
     if is_dir:
         if p.exists() and not p.is_dir():
             raise ValueError(f"{name} {str(p)!r} exists and is not a directory.")
+        anc = p
+        while not anc.exists():
+            anc = anc.parent
+        if not anc.is_dir():
+            raise ValueError(f"{name} {str(p)!r}: {str(anc)!r} is a file, not a directory.")
+        if not os.access(anc, os.W_OK):
+            raise PermissionError(f"{name} {str(p)!r}: cannot write in {str(anc)!r}.")
         return p
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():

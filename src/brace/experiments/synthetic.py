@@ -261,6 +261,12 @@ def add_parser(sub) -> None:
 
 
 def _cmd(args: argparse.Namespace) -> int:
+    from .._io import check_output_path
+
+    out = check_output_path(args.out, is_dir=True)  # before computing anything
+    if out.is_dir() and any(out.iterdir()):
+        print(f"note: --out {out} exists; the files of this run in it will be replaced",
+              file=sys.stderr)
     cfg = dataclasses.replace(
         SyntheticConfig(), replications=args.replications, candidates=args.candidates,
         epsilon=args.epsilon, delta=args.delta, kappa=args.kappa, seed=args.seed,
