@@ -186,3 +186,43 @@ def test_synthetic_checks_its_output_before_computing(tmp_path, capsys, monkeypa
     assert main(["experiment", "synthetic", "--out", str(tmp_path / "file" / "sub"),
                  "--no-progress"]) == 2
     assert "is a file" in capsys.readouterr().err
+
+
+def test_uq_accepts_a_saved_release(tmp_path, capsys):
+    from brace.datasets import sample_mixture
+
+    np.save(tmp_path / "bank.npy", sample_mixture(600, seed=0))
+    np.save(tmp_path / "q.npy", np.array([[0.3, 0.1], [-0.9, 0.1]]))
+    mem = ["--bank", str(tmp_path / "bank.npy"), "--radius", "0.8"]
+    common = ["--kappa", "0", "--seed", "1", "--privacy", "linear"]
+    rc = main(["uq", *mem, "--queries", str(tmp_path / "q.npy"), "--steps", "2",
+               "--epsilon", "8", *common, "--out", str(tmp_path / "direct.json")])
+    assert rc == 0
+    for diag in ([], ["--diagnostics"]):
+        name = f"r{len(diag)}.npz"
+        assert main(["retrieve", *mem, "--queries", str(tmp_path / "q.npy"), "--steps", "2",
+                     "--epsilon", "8", "--kappa", "0", "--seed", "1",
+                     "--out", str(tmp_path / name), *diag]) == 0
+        out = tmp_path / f"uq{len(diag)}.json"
+        assert main(["uq", *mem, "--release", str(tmp_path / name), "--privacy", "linear",
+                     "--seed", "1", "--out", str(out)]) == 0
+        a = json.loads((tmp_path / "direct.json").read_text())["regions"]
+        b = json.loads(out.read_text())["regions"]
+        for t in ("bank", "population"):
+            np.testing.assert_allclose(np.array(b[t]["cov"], dtype=float),
+                                       np.array(a[t]["cov"], dtype=float), rtol=1e-9)
+    capsys.readouterr()
+    # output checked before computing; --release of the noiseless trajectory is refused
+    assert main(["uq", *mem, "--release", str(tmp_path / "r0.npz"), "--out",
+                 str(tmp_path / "bank.npy")]) == 2
+    assert "would destroy an input" in capsys.readouterr().err
+    assert main(["uq", *mem, "--release", str(tmp_path / "r0.npz"), "--out",
+                 str(tmp_path / "uq0.json")]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert main(["retrieve", *mem, "--queries", str(tmp_path / "q.npy"), "--steps", "2",
+                 "--method", "none", "--out", str(tmp_path / "z.npz")]) == 0
+    capsys.readouterr()
+    assert main(["uq", *mem, "--release", str(tmp_path / "z.npz")]) == 2
+    assert "noiseless" in capsys.readouterr().err
+    assert main(["uq", *mem, "--queries", str(tmp_path / "q.npy"), "--epsilon", "8"]) == 2
+    assert "--steps is required" in capsys.readouterr().err

@@ -45,14 +45,16 @@ def _gamma_arg(text: str) -> float | None:
     return None if text.strip().lower() == "auto" else _finite_float(text)
 
 
-def add_memory_arguments(p: argparse.ArgumentParser) -> None:
-    """``--bank``, ``--queries``, ``--beta | --radius`` and ``--steps``."""
-    p.add_argument("--bank", required=True, help="(n, d) memory bank, .npy")
-    p.add_argument("--queries", required=True, help="(Q, d) or (d,) queries, .npy")
+def add_memory_arguments(p: argparse.ArgumentParser, *, queries_required: bool = True) -> None:
+    """``--bank``, ``--queries``, ``--beta | --radius`` and ``--steps`` (``--queries``
+    and ``--steps`` optional where a saved release supplies them)."""
+    p.add_argument("--bank", required=True, help="(n, d) memory bank, .npy/.npz/.csv")
+    p.add_argument("--queries", required=queries_required,
+                   help="(Q, d) or (d,) queries, .npy/.npz/.csv")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--beta", type=_finite_float, help="inverse temperature β > 0")
     g.add_argument("--radius", type=_finite_float, help="support radius r = sqrt(2/β)")
-    p.add_argument("--steps", type=int, required=True, help="horizon T >= 1")
+    p.add_argument("--steps", type=int, required=queries_required, help="horizon T >= 1")
 
 
 def add_mechanism_arguments(

@@ -1420,9 +1420,12 @@ def add_cli(sub) -> None:
         "formed. The private regions are computed from the bank and are NOT covered by "
         "the release's (epsilon, delta): see docs/uq.md.",
     )
-    add_memory_arguments(p)
+    add_memory_arguments(p, queries_required=False)
     add_mechanism_arguments(p, methods=("brace", "global", "endpoint", "naive"),
-                            default="brace", epsilon_required=True)
+                            default="brace")
+    p.add_argument("--release", default=None,
+                   help="a saved release (.npz/.json from 'brace retrieve --out') to analyse "
+                   "instead of running a new one; its queries, steps and mechanism are used")
     p.add_argument("--seed", type=int, default=None, help="seed of the noise and bootstrap")
     p.add_argument("--level", type=_finite_float, default=0.95, help="1 - α, in (0, 1)")
     p.add_argument("--sampling", choices=["delta", "bootstrap"], default="delta")
@@ -1438,6 +1441,7 @@ def add_cli(sub) -> None:
     p.add_argument("--jacobian-bound", type=_finite_float, default=None,
                    help="public bound on ||J_t|| (public regions when errors propagate)")
     p.add_argument("--out", default=None, help="write every region to this JSON file")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.set_defaults(func=_cmd_uq)
 
 
@@ -1448,22 +1452,47 @@ def _fmt(v: np.ndarray) -> str:
 def _cmd_uq(args: argparse.Namespace) -> int:
     import sys
 
-    from ._io import load_npy, write_json
+    from ._io import check_output_path, load_npy, write_json
     from .mechanisms import NotPrivateWarning, private_retrieve
+    from .results import NoiselessResult, load_result, with_diagnostics
 
     level = _check_level(args.level)
+    if args.out is not None:  # before anything is computed
+        check_output_path(args.out, inputs={"--bank": args.bank, "--queries": args.queries,
+                                            "--release": args.release},
+                          overwrite=args.overwrite, suffixes=(".json",))
+    if args.release is None:
+        for flag, v in (("--queries", args.queries), ("--steps", args.steps),
+                        ("--epsilon", args.epsilon)):
+            if v is None:
+                raise ValueError(f"{flag} is required (or analyse a saved --release).")
+    saved = None
+    if args.release is not None:
+        saved = load_result(args.release)
+        if isinstance(saved, NoiselessResult):
+            raise ValueError(f"--release {args.release} is the noiseless trajectory (method "
+                             "none): there is no privacy noise to analyse.")
+        if args.steps is not None and args.steps != saved.params["steps"]:
+            raise ValueError(f"--steps {args.steps} differs from the release's "
+                             f"{saved.params['steps']}; omit --steps.")
     bank = load_npy(args.bank, "bank")
-    queries = load_npy(args.queries, "queries")
+    queries = load_npy(args.queries, "queries") if args.queries is not None else None
     mem = LSRMemory(bank, beta=args.beta, radius=args.radius)
     rng = check_rng(args.seed)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", NotPrivateWarning)
         warnings.simplefilter("always", UQWarning)
-        res = private_retrieve(
-            mem, queries, method=args.method, epsilon=args.epsilon, delta=args.delta,
-            steps=args.steps, kappa=args.kappa, gamma=args.gamma, accounting=args.accounting,
-            output_projection=not args.no_output_projection, seed=rng,
-        )
+        if saved is not None:
+            res = saved if saved.noise_std is not None else with_diagnostics(mem, saved)
+            if queries is None:
+                queries = res.queries
+        else:
+            res = private_retrieve(
+                mem, queries, method=args.method, epsilon=args.epsilon, delta=args.delta,
+                steps=args.steps, kappa=args.kappa, gamma=args.gamma,
+                accounting=args.accounting, output_projection=not args.no_output_projection,
+                seed=rng,
+            )
         uq = analyze(mem, res, queries, sampling=args.sampling, privacy=args.privacy,
                      n_boot=args.n_boot, n_sim=args.n_sim, bandwidth=args.bandwidth, seed=rng)
     regions = {t: uq.confidence_region(t, level) for t in TARGETS}
