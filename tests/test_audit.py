@@ -23,6 +23,7 @@ from brace.audit import (
     report_bank,
 )
 from brace.cli import main
+from brace.mechanisms import global_sensitivity
 
 pytestmark = pytest.mark.filterwarnings("ignore::brace.NotPrivateWarning")
 
@@ -167,7 +168,10 @@ def test_llr_matches_closed_form_global_one_step(bank1):
     Xp[j] = q - 0.9 * r
     cfg = AuditConfig(method="global", epsilon=1.0, steps=1, radius=r)
     Y = np.linspace(-5, 5, 41).reshape(-1, 1, 1)
-    s = 2 * r / math.sqrt(2 * A._setup(cfg.validated(), q[None]).spent.rho_per_step)
+    # 2r plus the public floating-point slack (docs/privacy.md §8)
+    s = float(global_sensitivity(len(X), r, 1, q[None])[0])
+    assert s == pytest.approx(2 * r, rel=1e-8)
+    s /= math.sqrt(2 * A._setup(cfg.validated(), q[None]).spent.rho_per_step)
     mu = X[np.abs(X[:, 0] - q[0]) <= r, 0].mean()
     mu_p = Xp[np.abs(Xp[:, 0] - q[0]) <= r, 0].mean()
     want = ((Y[:, 0, 0] - mu) ** 2 - (Y[:, 0, 0] - mu_p) ** 2) / (2 * s * s)

@@ -197,7 +197,8 @@ def test_root_n_effective_count_and_noise_recomputation():
     cfg = quick_config(root_n_sizes=(100, 400), root_n_alphas=(0.5,), root_n_replications=30)
     out, raw = theory.run_root_n(cfg, 0)
     for row in out["rows"]:
-        assert row["m_hat_mean_per_step"][0] == pytest.approx(row["m_in_gate"], rel=1e-9)
+        # m̂ = 2r/Δ̄: the public floating-point slack (~1e-9 r) moves it by ~1e-8 relative
+        assert row["m_hat_mean_per_step"][0] == pytest.approx(row["m_in_gate"], rel=1e-6)
         assert row["gate_size_mean_per_step"][0] == row["m_in_gate"]
         assert row["xi_recomputation_mismatch"] <= 1e-9
         assert raw[f"alpha0.5_n{row['n']}"].shape == (30,)

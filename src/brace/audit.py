@@ -71,7 +71,14 @@ from ._validation import (
     check_steps,
 )
 from .experiments._common import NOT_DP_LABEL
-from .mechanisms import METHODS, PRIVATE_METHODS, NotPrivateWarning, certificate, private_retrieve
+from .mechanisms import (
+    METHODS,
+    PRIVATE_METHODS,
+    NotPrivateWarning,
+    certificate,
+    endpoint_sensitivity,
+    private_retrieve,
+)
 from .memory import LSRMemory
 
 __all__ = [
@@ -541,7 +548,7 @@ def _log_density(mem: LSRMemory, setup: _Setup, outputs: np.ndarray) -> np.ndarr
     out = np.empty(n)
     if cfg.method == "endpoint":
         mu = mem.retrieve(setup.q, cfg.steps)[0, -1]
-        s = 2.0 * cfg.steps * mem.radius_ * mult
+        s = float(endpoint_sensitivity(mem.n_memories, mem.radius_, cfg.steps, setup.q)[0]) * mult
         diff = outputs[:, 0] - mu
         return -np.einsum("ij,ij->i", diff, diff) / (2.0 * s * s) - d * math.log(s)
     for b0 in range(0, n, cfg.batch_size):
