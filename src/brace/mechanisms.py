@@ -62,6 +62,7 @@ __all__ = [
     "certificate",
     "endpoint_sensitivity",
     "global_sensitivity",
+    "no_correction_kappa",
     "private_retrieve",
 ]
 
@@ -422,6 +423,18 @@ def accounting_module_calibrate(eps, dlt, steps, *, dim, gamma, accounting, mech
     """``accounting.calibrate`` memoised on its (scalar, validated) arguments: calibration
     is a deterministic function of public parameters, and the γ rule costs tens of ms."""
     return _calibrate_cached(eps, dlt, steps, dim, gamma, accounting, mechanism)
+
+
+def no_correction_kappa(steps: int) -> float:
+    """Smallest κ of the form ``(2T+1)²/T·(1 + 10⁻⁶)``: with the output projection no bank
+    can activate the correction, so BRACE is smooth-sensitivity private mean shift.
+
+    In exact arithmetic ``κ ≥ (2T+1)²/T`` suffices (``docs/privacy.md`` §4); the relative
+    ``10⁻⁶`` covers the public rounding slack (§8) for inputs whose slack is below
+    ``10⁻⁷ r`` (every bank within ``~10⁶ r`` of the origin).
+    """
+    T = check_steps(steps)
+    return (2 * T + 1) ** 2 / T * (1.0 + 1e-6)
 
 
 def endpoint_sensitivity(n: int, r: float, T: int, queries: np.ndarray) -> np.ndarray:

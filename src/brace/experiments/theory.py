@@ -53,6 +53,7 @@ from .._validation import (
     check_rng,
 )
 from ..datasets import PAPER_MIXTURE, MixtureSpec, sample_mixture
+from ..mechanisms import no_correction_kappa
 from ._common import NOT_DP_LABEL, mean_ci95, metadata, pyplot, save_figure
 
 __all__ = [
@@ -124,9 +125,8 @@ class TheoryConfig:
 
     @property
     def kappa_max(self) -> float:
-        """``(2T+1)²/T``: with the projection, no bank activates at or above it (spec §5)."""
-        T = self.steps
-        return (2 * T + 1) ** 2 / T
+        """``(2T+1)²/T`` (a hair above, for rounding): with the projection no bank activates."""
+        return no_correction_kappa(self.steps)
 
     def activation_grid(self) -> tuple:
         if self.activation_kappas is not None:
@@ -443,7 +443,7 @@ def run_dimension(cfg: TheoryConfig, seed: Any) -> dict:
         clean = mem.retrieve(q, T)
         xi = rng.standard_normal((Q, T, d))  # shared by every method and projection flag
         for label, m, k in _VARIANTS:
-            kappa = (2 * T + 1) ** 2 / T if k == "max" else k
+            kappa = no_correction_kappa(T) if k == "max" else k
             for proj in (True, False):
                 res = _retrieve(mem, q, m, cfg, kappa=kappa, gamma=None,
                                 output_projection=proj, noise=xi[:, -1:] if m == "endpoint"
@@ -466,7 +466,7 @@ def run_horizon(cfg: TheoryConfig, seed: Any) -> dict:
         clean = mem.retrieve(q, T)
         xi = rng.standard_normal((Q, T, d))
         for label, m, k in _VARIANTS:
-            kappa = (2 * T + 1) ** 2 / T if k == "max" else k
+            kappa = no_correction_kappa(T) if k == "max" else k
             for proj in (True, False):
                 res = _retrieve(mem, q, m, cfg, steps=T, kappa=kappa, gamma=None,
                                 output_projection=proj,
@@ -596,7 +596,7 @@ def run_correction_cost(cfg: TheoryConfig, seed: Any) -> dict:
         "near memories": _queries_near_memories(X, Q, 0.35, rng),
         "between modes": rng.uniform((-0.6, -0.3), (0.6, 0.3), (Q, 2)),
     }
-    kmax = (2 * T + 1) ** 2 / T
+    kmax = no_correction_kappa(T)
     rows = []
     for name, q in qsets.items():
         clean = mem.retrieve(q, T)
