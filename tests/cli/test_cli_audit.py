@@ -86,3 +86,29 @@ def test_cli_report_small(tmp_path, capsys):
     assert (out / "audit_report.txt").read_text().strip() in cap
     assert rep["passed"] == (rc == 0)
     assert sorted(p.name for p in out.iterdir()) == ["audit_report.json", "audit_report.txt"]
+
+
+def test_cli_kappa_default_is_the_library_default(tmp_path, bank1):
+    """``brace audit`` without --kappa audits the κ that private_retrieve uses by default."""
+    import inspect
+
+    from brace import private_retrieve
+    from brace.cli import build_parser
+    from brace.mechanisms import DEFAULT_KAPPA
+
+    assert inspect.signature(private_retrieve).parameters["kappa"].default == DEFAULT_KAPPA
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    for name in ("retrieve", "uq"):
+        kappa = next(a for a in sub.choices[name]._actions if a.dest == "kappa")
+        assert kappa.default == DEFAULT_KAPPA and f"default {DEFAULT_KAPPA:g}" in kappa.help
+    X, q = bank1
+    np.save(tmp_path / "bank.npy", X)
+    np.save(tmp_path / "q.npy", q)
+    out = tmp_path / "res.json"
+    rc = main(["audit", "--bank", str(tmp_path / "bank.npy"), "--query", str(tmp_path / "q.npy"),
+               "--radius", "0.5", "--method", "brace", "--epsilon", "1", "--steps", "1",
+               "--runs", "200", "--screen-runs", "20", "--out", str(out), "--no-progress"])
+    assert rc == 0
+    assert json.loads(out.read_text())["config"]["kappa"] == DEFAULT_KAPPA
+    kappa = next(a for a in sub.choices["audit"]._actions if a.dest == "kappa")
+    assert f"default {DEFAULT_KAPPA:g}" in kappa.help
