@@ -23,6 +23,7 @@ __all__ = [
     "check_epsilon",
     "check_delta",
     "check_steps",
+    "MAX_STEPS",
     "check_positive",
     "check_nonnegative",
     "check_int_at_least",
@@ -99,9 +100,22 @@ def check_int_at_least(name: str, value: Any, minimum: int) -> int:
     return value
 
 
+MAX_STEPS = 10_000  # horizons above this are refused (the certificate's floating-point proof)
+
+
 def check_steps(steps: Any, name: str = "steps") -> int:
-    """The horizon T must be an integer >= 1."""
-    return check_int_at_least(name, steps, 1)
+    """The horizon T must be an integer with ``1 <= T <= MAX_STEPS``.
+
+    ``MAX_STEPS = 10_000`` bounds the integer prefix sums of the certificate
+    (``docs/privacy.md``, floating point) and keeps every run finite.
+    """
+    t = check_int_at_least(name, steps, 1)
+    if t > MAX_STEPS:
+        raise ValueError(
+            f"{name} must be at most {MAX_STEPS} (the supported horizon). Found {t}; "
+            "use a shorter horizon."
+        )
+    return t
 
 
 def as_float_array(name: str, x: Any) -> np.ndarray:
