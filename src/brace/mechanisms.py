@@ -488,19 +488,20 @@ def _iterative(
     for t in range(1, T + 1):
         y_prev = Y[:, t - 1]
         if track_clean:
-            centres = np.concatenate([z[:, t - 1], y_prev])
+            centres = np.concatenate([y_prev, z[:, t - 1]])
             gp = memory.gate_pass(
                 centres,
-                pairs=(idx, idx + Q),
-                near_centres=idx if clean_bound is not None else None,
+                group_size=Q,  # the released-state group as in a pass of its own
+                pairs=(idx + Q, idx),
+                near_centres=idx + Q if clean_bound is not None else None,
                 near_radius=2.0 * r * (1.0 + 4.0 * TAU_REL),
                 near_tolerance=0.5 * TAU_REL * r,  # rounding below the margin τ
             )
             means = gp.means(centres)
-            z[:, t] = means[:Q]
-            a_t = means[Q:]
-            m_t = gp.counts[Q:]
-            gate_clean[:, t - 1] = gp.counts[:Q]
+            a_t = means[:Q]
+            z[:, t] = means[Q:]
+            m_t = gp.counts[:Q]
+            gate_clean[:, t - 1] = gp.counts[Q:]
             inter[:, t - 1] = gp.pair_counts
             R_t = z[:, t] - a_t  # identity R_t = z_t - a_t (spec §3 step 2)
             rn = np.linalg.norm(R_t, axis=1)
