@@ -58,6 +58,7 @@ __all__ = [
     "CertificateTrace",
     "NotPrivateWarning",
     "DIAGNOSTIC_FIELDS",
+    "DEFAULT_KAPPA",
     "PrivateRetrievalResult",
     "certificate",
     "endpoint_sensitivity",
@@ -68,6 +69,7 @@ __all__ = [
 
 METHODS = ("brace", "global", "endpoint", "naive")
 PRIVATE_METHODS = ("brace", "global", "endpoint")
+DEFAULT_KAPPA = 128.0  # BRACE activation κ of private_retrieve and of every CLI flag
 
 
 class NotPrivateWarning(UserWarning):
@@ -247,7 +249,7 @@ def private_retrieve(
     epsilon: float,
     delta: float,
     steps: int,
-    kappa: float = 128.0,
+    kappa: float = DEFAULT_KAPPA,
     gamma: float | None = None,
     accounting: str = "rdp",
     output_projection: bool = True,

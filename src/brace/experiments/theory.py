@@ -30,8 +30,6 @@ items ran.
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import math
 import sys
 import time
@@ -67,7 +65,6 @@ __all__ = [
     "ActivationCheck",
     "activation_check",
     "run_theory",
-    "add_parser",
 ]
 
 ITEMS = ("dimension", "horizon", "activation", "root_n", "correction_cost")
@@ -1030,38 +1027,3 @@ _FIGURES = {
     "root_n": _fig_root_n,
     "correction_cost": _fig_cost,
 }
-
-
-# ---------------------------------------------------------------------------- CLI
-
-
-def add_parser(sub) -> None:
-    """Register ``brace experiment theory``."""
-    p = sub.add_parser(
-        "theory",
-        help="numerical checks of the paper's theory (paper §5): dimension, horizon, "
-        "activation bound, root-n transition, cost of correction",
-        description=__doc__.split("\n\n")[0],
-    )
-    d = TheoryConfig()
-    p.add_argument("--out", default="runs/theory", help="output directory")
-    p.add_argument("--quick", action="store_true",
-                   help="small sizes (every figure and table, under a minute)")
-    p.add_argument("--items", default=",".join(ITEMS),
-                   help=f"comma-separated subset of {','.join(ITEMS)}")
-    p.add_argument("--replications", type=int, default=None,
-                   help=f"queries per cell for items 1-3 (default {d.replications})")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--data-seed", type=int, default=d.data_seed)
-    p.add_argument("--no-progress", action="store_true")
-    p.set_defaults(func=_cmd)
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    items = tuple(s.strip() for s in args.items.split(",") if s.strip())
-    over: dict[str, Any] = {"seed": args.seed, "data_seed": args.data_seed}
-    if args.replications is not None:
-        over["replications"] = args.replications
-    cfg = quick_config(**over) if args.quick else dataclasses.replace(TheoryConfig(), **over)
-    run_theory(cfg, args.out, items=items, progress=not args.no_progress)
-    return 0
