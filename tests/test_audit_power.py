@@ -10,11 +10,11 @@ import pytest
 from brace import DEFAULT_KAPPA
 from brace.audit import (
     AuditConfig,
-    _runs_to_certify,
     clopper_pearson_upper,
     epsilon_lower_bound,
     max_certifiable_epsilon,
 )
+from brace.audit.stats import _runs_to_certify
 
 
 @pytest.mark.parametrize("n", [10, 60, 5000, 100_000])

@@ -257,14 +257,16 @@ def test_large_kappa_never_activates_and_uses_fixed_centre_bound(mixture):
     mem, X = mixture
     q = X[:8] + 0.2
     T, r, gamma = 4, 0.8, 0.2
-    for kappa in (np.inf, (2 * T + 1) ** 2 / T):
+    for kappa in (np.inf, (2 * T + 1) ** 2 / T * (1 + 1e-6)):
         res = private_retrieve(mem, q, method="brace", epsilon=64, delta=1e-5, steps=T,
                                kappa=kappa, gamma=gamma, seed=0)
         assert not res.activated.any()
         K = n_terms(len(X), gamma)
         F = fixed_centre_bound(res.gate_released.ravel(), K, r)
         expect = (F * np.exp(-gamma * np.arange(K + 1))).max(1).reshape(res.gate_released.shape)
-        np.testing.assert_allclose(res.smooth_sensitivity, expect, rtol=1e-12)
+        # the floating-point slack (docs/privacy.md §8) only adds ~1e-9 r
+        assert np.all(res.smooth_sensitivity >= expect)
+        np.testing.assert_allclose(res.smooth_sensitivity, expect, rtol=1e-6)
 
 
 def test_same_seed_same_output_and_shared_noise(mixture):

@@ -349,7 +349,8 @@ def test_retrieve_shapes_and_trajectory_ball(seed):
         assert (np.linalg.norm(traj[:, t] - Y, axis=1) <= t * r + 1e-12).all()
     one = mem.retrieve(Y[2], T)
     assert one.shape == (T + 1, 3)
-    np.testing.assert_array_equal(one, traj[2])
+    # a query alone and in a batch: BLAS may order the gate sums differently (rounding only)
+    np.testing.assert_allclose(one, traj[2], rtol=1e-14, atol=1e-14)
     assert mem.step(Y[2]).shape == (3,)
     assert mem.gate(Y[2]).shape == (40,)
     assert np.ndim(mem.gate(Y[2], counts=True)) == 0

@@ -45,11 +45,12 @@ from ._validation import (
 )
 from .memory import LSRMemory
 from .sensitivity import (
-    TAU_REL,
     CleanTrajectoryBound,
+    Numerics,
     activation_possible,
+    cap_units,
     combine,
-    fixed_centre_bound,
+    fixed_centre_units,
     n_terms,
     smooth_max,
     sorted_segments,
@@ -61,14 +62,18 @@ __all__ = [
     "CertificateTrace",
     "NotPrivateWarning",
     "DIAGNOSTIC_FIELDS",
+    "DEFAULT_KAPPA",
     "PrivateRetrievalResult",
     "certificate",
+    "endpoint_sensitivity",
+    "global_sensitivity",
+    "no_correction_kappa",
     "private_retrieve",
 ]
 
 METHODS = ("brace", "global", "endpoint", "naive")
 PRIVATE_METHODS = ("brace", "global", "endpoint")
-DEFAULT_KAPPA = 128.0  # private_retrieve's κ default, shared by the CLI and the audit
+DEFAULT_KAPPA = 128.0  # BRACE activation κ of private_retrieve and of every CLI flag
 RESULT_SCHEMA = "brace-result/1"  # the saved-result schema (docs/results.md)
 
 
@@ -482,10 +487,45 @@ def accounting_module_calibrate(eps, dlt, steps, *, dim, gamma, accounting, mech
     return _calibrate_cached(eps, dlt, steps, dim, gamma, accounting, mechanism)
 
 
+def no_correction_kappa(steps: int) -> float:
+    """Smallest κ of the form ``(2T+1)²/T·(1 + 10⁻⁶)``: with the output projection no bank
+    can activate the correction, so BRACE is smooth-sensitivity private mean shift.
+
+    In exact arithmetic ``κ ≥ (2T+1)²/T`` suffices (``docs/privacy.md`` §4); the relative
+    ``10⁻⁶`` covers the public rounding slack (§8) for inputs whose slack is below
+    ``10⁻⁷ r`` (every bank within ``~10⁶ r`` of the origin).
+    """
+    T = check_steps(steps)
+    return (2 * T + 1) ** 2 / T * (1.0 + 1e-6)
+
+
+def endpoint_sensitivity(n: int, r: float, T: int, queries: np.ndarray) -> np.ndarray:
+    """Sensitivity of the endpoint release, per query: ``Δ = 2T(r + σ)``.
+
+    Both endpoints lie in ``B̄(q, Tr)``; each computed step adds at most the public
+    rounding slack ``σ`` (``docs/privacy.md`` §8). Refuses coordinates out of range.
+    """
+    q = np.asarray(queries, dtype=np.float64)
+    num = Numerics(n, q.shape[1], r, T)
+    qscale = np.abs(q).max(axis=1)
+    num.check(qscale + (T + 1) * r)
+    return 2.0 * T * (r + num.slack(qscale + T * r))
+
+
+def global_sensitivity(n: int, r: float, T: int, centres: np.ndarray) -> np.ndarray:
+    """Sensitivity of one global-noise step at public centres ``y``: ``2r + σ_y`` (grid-rounded).
+
+    Both gate means lie in ``B̄(y, r)`` up to the public rounding slack ``σ_y``.
+    """
+    y = np.asarray(centres, dtype=np.float64)
+    num = Numerics(n, y.shape[1], r, T)
+    return num.value(cap_units(num, num.slack(np.abs(y).max(axis=1))))
+
+
 def _endpoint(memory, q, T, r, mult, xi, proj, spent, params, return_clean):
     clean = memory.retrieve(q, T)
-    std = 2.0 * T * r * mult
-    y = clean[:, -1] + std * xi[:, 0]
+    std = endpoint_sensitivity(memory.n_memories, r, T, q) * mult
+    y = clean[:, -1] + std[:, None] * xi[:, 0]
     if proj:
         y = _project(y, q, (T + 1) * r)
     Q = q.shape[0]
@@ -494,7 +534,7 @@ def _endpoint(memory, q, T, r, mult, xi, proj, spent, params, return_clean):
         method="endpoint",
         is_private=True,
         outputs=y[:, None, :],
-        noise_std=np.full((Q, 1), std),
+        noise_std=std[:, None],
         smooth_sensitivity=None,
         activated=np.zeros((Q, 1), dtype=bool),
         gate_clean=zeros,
@@ -520,12 +560,22 @@ def _iterative(
     n = memory.n_memories
     brace = method == "brace"
     theta = math.sqrt(kappa * T) * r if math.isfinite(kappa) else math.inf
-    # Public shortcut (spec §5 corollary): with the projection, ‖q - Y_{t-1}‖ ≤ t r, so
-    # the public activation bound (2t+1) r ≤ (2T+1) r; if θ ≥ that, no bank activates.
-    never_activates = (not math.isfinite(theta)) or (proj and theta >= (2 * T + 1) * r)
+    # Floating point (docs/privacy.md §8): public slack per centre, refused out of range.
+    num = Numerics(n, d, r, T)
+    qscale = np.abs(q).max(axis=1)
+    num.check(qscale + (T + 1) * r)
+    # Public shortcut (spec §5 corollary): with the projection, ‖q - Y_{t-1}‖ ≤ t r (up to
+    # rounding), so the public activation bound is at most b3_max below; if θ exceeds it
+    # (κ a hair above (2T+1)²/T), no bank activates.
+    never_activates = not math.isfinite(theta)
+    if proj and not never_activates:
+        smax = float(np.max(num.slack(qscale + (T + 1) * r)))
+        mg = 1.0 + num.norm_margin
+        b3_max = T * (r + num.tau + smax) + (T * r + smax) * mg + r + smax
+        never_activates = bool(num.down(theta * (1.0 - num.norm_margin)) >= num.up(b3_max))
     K = n_terms(n, spent.gamma) if brace else 0
     clean_bound = (
-        CleanTrajectoryBound(Q, K, r) if brace and not never_activates else None
+        CleanTrajectoryBound(Q, K, num, qscale) if brace and not never_activates else None
     )
     z = np.empty((Q, T + 1, d))
     z[:, 0] = q
@@ -547,19 +597,20 @@ def _iterative(
     for t in range(1, T + 1):
         y_prev = Y[:, t - 1]
         if track_clean:
-            centres = np.concatenate([z[:, t - 1], y_prev])
+            centres = np.concatenate([y_prev, z[:, t - 1]])
             gp = memory.gate_pass(
                 centres,
-                pairs=(idx, idx + Q),
-                near_centres=idx if clean_bound is not None else None,
-                near_radius=2.0 * r * (1.0 + 4.0 * TAU_REL),
-                near_tolerance=0.5 * TAU_REL * r,  # rounding below the margin τ
+                group_size=Q,  # the released-state group as in a pass of its own
+                pairs=(idx + Q, idx),
+                near_centres=idx + Q if clean_bound is not None and t > 1 else None,
+                near_radius=2.0 * r + num.tau,
+                near_tolerance=num.near_tolerance,
             )
             means = gp.means(centres)
-            z[:, t] = means[:Q]
-            a_t = means[Q:]
-            m_t = gp.counts[Q:]
-            gate_clean[:, t - 1] = gp.counts[:Q]
+            a_t = means[:Q]
+            z[:, t] = means[Q:]
+            m_t = gp.counts[:Q]
+            gate_clean[:, t - 1] = gp.counts[Q:]
             inter[:, t - 1] = gp.pair_counts
             R_t = z[:, t] - a_t  # identity R_t = z_t - a_t (spec §3 step 2)
             rn = np.linalg.norm(R_t, axis=1)
@@ -569,6 +620,9 @@ def _iterative(
             a_t = gp.means(y_prev)
             m_t = gp.counts
         gate_rel[:, t - 1] = m_t
+        yscale = np.abs(y_prev).max(axis=1)
+        num.check(yscale, "a released state (the public centre of this step)")
+        sig_y = num.slack(yscale)
         if brace:
             if never_activates:
                 pre = a_t  # H_t = 0; the gate mean already lies in B̄(y_prev, r)
@@ -576,9 +630,13 @@ def _iterative(
                 H = rn * rn > kappa * T * r * r
                 activated[:, t - 1] = H
                 pre = _project(a_t + H[:, None] * R_t, y_prev, r)
-            F = fixed_centre_bound(m_t, K, r)
+            F = fixed_centre_units(m_t, K, num, sig_y)
             if clean_bound is not None:
-                A_t = clean_bound.advance(sorted_segments(gp.near_rows, gp.near_dist, Q))
+                if t == 1:  # z_0 = q is public: A_1 is the fixed-centre bound at q
+                    A_t = clean_bound.advance(clean_counts=gp.counts[Q:])
+                else:
+                    A_t = clean_bound.advance(
+                        segments=sorted_segments(gp.near_rows, gp.near_dist, Q))
                 U = activation_possible(
                     F=F,
                     A_t=A_t,
@@ -586,23 +644,27 @@ def _iterative(
                     dist_z_y=np.linalg.norm(z[:, t] - y_prev, axis=1),
                     dist_q_y=np.linalg.norm(q - y_prev, axis=1),
                     t=t,
-                    r=r,
+                    num=num,
+                    slack_y=sig_y,
                     threshold=theta,
                 )
-                G = combine(F, U, A_t, theta, r)
+                G = combine(F, U, A_t, theta, num, sig_y)
             else:
                 G = F
-            sens = smooth_max(G, spent.gamma, r)
+            sens = smooth_max(num.value(G), spent.gamma, num.value(cap_units(num, sig_y)))
             smooth[:, t - 1] = sens
         else:
             pre = a_t
-            sens = np.full(Q, 2.0 * r) if method == "global" else 2.0 * r / np.maximum(m_t, 1)
+            if method == "global":  # 2r, plus the public rounding slack
+                sens = global_sensitivity(n, r, T, y_prev)
+            else:
+                sens = 2.0 * r / np.maximum(m_t, 1)
         s_t = sens * mult
         std[:, t - 1] = s_t
         if trace is not None:
             trace.setdefault("pre_noise", []).append(pre)
             if brace:
-                trace.setdefault("G", []).append(G)
+                trace.setdefault("G", []).append(num.value(G))
         if history is not None:
             Y[:, t] = history[:, t]
             continue

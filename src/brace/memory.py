@@ -23,6 +23,7 @@ that fall within the floating-point error band of ``r²`` are recomputed directl
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,15 +38,54 @@ from ._validation import (
     check_steps,
 )
 
-__all__ = ["LSRMemory", "LSEMemory", "GatePass", "gate_pass", "LOG_FLOOR"]
+__all__ = [
+    "LSRMemory",
+    "LSEMemory",
+    "GatePass",
+    "gate_pass",
+    "direct_sqdist",
+    "mean_rounding_bound",
+    "LOG_FLOOR",
+]
 
 LOG_FLOOR = float(np.finfo(np.float64).tiny)
 _EPS = float(np.finfo(np.float64).eps)
+_U = _EPS / 2.0  # unit roundoff of float64
 _BLOCK_ELEMS = 1 << 21  # entries of one (centres × bank-block) distance tile
+_ROW_BLOCK = 2048  # bank rows per tile: fixed, so per-centre sums never depend on batching
+
 
 
 def _block_size(n_centres: int, n: int) -> int:
     return max(1, min(n, _BLOCK_ELEMS // max(1, n_centres)))
+
+
+def direct_sqdist(rows: np.ndarray, centres: np.ndarray) -> np.ndarray:
+    """The canonical squared distance ``Σ_j fl(X_ij − c_j)²`` (float64), row by row.
+
+    Gate membership is *defined* as ``direct_sqdist(X_i, c) <= fl(r·r)``: a function of
+    the row and the centre only, whatever path computed it (``docs/privacy.md``,
+    floating point). Its relative error is at most ``(d + 2)·u`` (every term is
+    non-negative and each subtraction is exact up to one rounding), independent of the
+    magnitude of the coordinates.
+    """
+    diff = rows - centres
+    return (diff * diff).sum(axis=-1)
+
+
+def mean_rounding_bound(n: int, d: int, radius: float, scale: float) -> float:
+    """Bound on ``‖Φ̃_D(c) − Φ_D(c)‖`` for any bank of ``n`` rows and centre ``‖c‖_∞ ≤ scale``.
+
+    ``Φ̃`` is the computed gate mean ``fl(fl(Σ_{i ∈ I} X_i) / m)``. Members lie within
+    ``r⁺ = r(1 + 4(d+2)u)`` of ``c``, so ``|X_ij| ≤ scale + r⁺``; a sum of ``m ≤ n`` terms
+    in any order errs by ``≤ γ_{n−1}·Σ|X_ij|`` and the division adds one rounding:
+    ``|μ̃_j − μ_j| ≤ γ_{n+1}·(scale + r⁺)`` per coordinate, ``γ_k = ku/(1 − ku)``.
+    """
+    rp = radius * (1.0 + 4.0 * (d + 2) * _U)
+    k = (n + 1) * _U
+    if not k < 0.5:
+        raise ValueError(f"the bank is too large for float64 accounting: n = {n}.")
+    return 1.000001 * math.sqrt(d) * k / (1.0 - k) * (scale + rp)
 
 
 @dataclass(frozen=True)
@@ -54,12 +94,15 @@ class GatePass:
 
     Attributes
     ----------
-    counts : (m,) int64 — ``|I(D, c)|`` per centre.
-    sums : (m, d) — ``Σ_{i ∈ I(D, c)} X_i``.
+    counts : (m,) int64 — ``|I(D, c)|`` per centre (membership by :func:`direct_sqdist`).
+    sums : (m, d) — ``Σ_{i ∈ I(D, c)} X_i`` (matrix products over fixed row blocks; with
+        ``group_size`` the centres of each group are multiplied on their own, so a group's
+        sums are bit-identical to a pass over that group alone).
     pair_counts : (p,) int64 or None — ``|I(D, c_a) ∩ I(D, c_b)|`` for requested pairs.
     near_rows, near_dist : int64 / float64 arrays or None — for the requested centres,
-        every (centre row, distance) with distance ≤ the requested near radius; distances
-        are recomputed directly (not from the matrix-product expansion).
+        every (centre row, distance) with distance ≤ the requested near radius; each
+        distance is within ``near_tolerance`` of the exact one (computed directly where
+        the expansion's per-row rounding bound does not guarantee that).
     """
 
     counts: np.ndarray
@@ -86,74 +129,90 @@ def gate_pass(
     near_centres: np.ndarray | None = None,
     near_radius: float | None = None,
     near_tolerance: float = 0.0,
+    group_size: int | None = None,
 ) -> GatePass:
     """One blocked pass over validated ``bank`` for the ``(m, d)`` ``centres``.
 
-    Gate membership is ``‖X_i - c‖² ≤ r²`` with the squared distance from
-    ``‖c‖² + ‖X_i‖² - 2cᵀX_i``; entries within the rounding band of ``r²`` are recomputed
-    directly. ``pairs = (a, b)`` also returns ``|I(c_a) ∩ I(c_b)|``. ``near_centres``
-    (indices into ``centres``) with ``near_radius`` also returns, for those centres, all
-    distances ``≤ near_radius`` (used by the sensitivity certificate), each within
-    ``near_tolerance`` of the exact distance: from the expansion where its rounding
-    bound allows, else computed directly (``near_tolerance = 0``: always directly).
+    Membership is ``direct_sqdist(X_i, c) ≤ fl(r²)``. The expansion
+    ``‖c‖² + ‖X_i‖² − 2cᵀX_i`` only decides the rows whose side of ``r²`` is certain: its
+    error is below ``8(d+4)ε(‖c‖² + ‖X_i‖²)`` per row, and adding the direct formula's own
+    error ``4(d+2)ε r²`` makes "certain" imply agreement with the direct formula; every
+    other row is recomputed directly (a tile-wide band ≥ every row's band is used as the
+    filter, which changes only how many rows are recomputed, never the result).
+    ``pairs = (a, b)`` also returns ``|I(c_a) ∩ I(c_b)|``. ``near_centres`` (indices into
+    ``centres``) with ``near_radius`` also returns, for those centres, every distance
+    ``≤ near_radius``, each within ``near_tolerance`` of the exact distance (expansion
+    where its per-row bound allows, else direct; ``near_tolerance = 0``: always direct).
+    ``group_size``: centres are processed in consecutive groups of this size (each group
+    in chunks of at most ``_BLOCK_ELEMS / _ROW_BLOCK``), so a group's results do not
+    depend on the other groups.
     """
     n, d = bank.shape
     m = centres.shape[0]
     r2 = radius * radius
     csq = np.einsum("ij,ij->i", centres, centres)
-    # one matmul gives both the gate sums and the counts: [X | 1]
-    acc = np.zeros((m, d + 1))
+    counts = np.zeros(m, dtype=np.int64)
+    sums = np.zeros((m, d))
     pair_counts = None if pairs is None else np.zeros(len(pairs[0]), dtype=np.int64)
     near_rows: list[np.ndarray] = []
     near_dist: list[np.ndarray] = []
     if near_centres is not None:
         near_centres = np.asarray(near_centres, dtype=np.int64)
         n_extra = float(near_radius) ** 2 - r2
+        near_pos = np.full(m, -1, dtype=np.int64)  # centre index -> position in near_centres
+        near_pos[near_centres] = np.arange(near_centres.size)
+    c1 = 8.0 * (d + 4) * _EPS
+    c2 = 4.0 * (d + 2) * _EPS * r2 + 1e-300
     thr = r2 - csq  # ‖X_i - c‖² ≤ r²  ⟺  ‖X_i‖² - 2cᵀX_i - (r² - ‖c‖²) ≤ 0
-    bs = _block_size(m, n)
-    for b0 in range(0, n, bs):
-        Xb = bank[b0 : b0 + bs]
-        xsq = bank_sqnorm[b0 : b0 + bs]
-        Xb1 = np.empty((Xb.shape[0], d + 1))
-        Xb1[:, :d] = Xb
-        Xb1[:, d] = 1.0
-        # e = d2 - r², from the expansion; its rounding error is below `band` per row
-        e = centres @ Xb.T
-        e *= -2.0
-        e += xsq[None, :]
-        e -= thr[:, None]
-        band = (8.0 * (d + 4) * _EPS) * (csq + xsq.max(initial=0.0)) + 1e-300
-        mask = e <= 0.0
-        # refine entries whose side of r² is uncertain, by the direct formula
-        # (`~(… > …)` also selects NaN from inf − inf at huge coordinates)
-        ci, xi = np.nonzero(~(np.abs(e) > band[:, None]))
-        if ci.size:
-            diff = Xb[xi] - centres[ci]
-            d2 = (diff * diff).sum(axis=-1)
-            mask[ci, xi] = d2 <= r2
-            e[ci, xi] = d2 - r2
-        maskf = mask.astype(np.float64)
-        acc += maskf @ Xb1
-        if pairs is not None:
-            pair_counts += np.einsum("ij,ij->i", maskf[pairs[0]], maskf[pairs[1]]).astype(
-                np.int64
-            )
-        if near_centres is not None:
-            sub = e[near_centres]
-            nb = band[near_centres]
-            rows, cols = np.nonzero(sub <= n_extra + nb[:, None])
-            if rows.size:
+    cb = max(1, _BLOCK_ELEMS // _ROW_BLOCK)
+    gs = m if group_size is None else max(1, int(group_size))
+    chunks = [(g0 + c0, min(g0 + c0 + cb, g0 + gs, m))
+              for g0 in range(0, m, gs) for c0 in range(0, min(gs, m - g0), cb)]
+    for b0 in range(0, n, _ROW_BLOCK):
+        Xb = bank[b0 : b0 + _ROW_BLOCK]
+        xsq = bank_sqnorm[b0 : b0 + _ROW_BLOCK]
+        xmax = xsq.max(initial=0.0)
+        mask = np.empty((m, Xb.shape[0]), dtype=bool)
+        for c0, c1_ in chunks:
+            C = centres[c0:c1_]
+            # e = d2 - r², from the expansion
+            e = C @ Xb.T
+            e *= -2.0
+            e += xsq[None, :]
+            e -= thr[c0:c1_, None]
+            band = c1 * (csq[c0:c1_] + xmax) + c2  # ≥ the band of every row
+            mk = e <= 0.0
+            # `~(… > …)` also selects NaN from inf − inf at huge coordinates
+            ci, xi = np.nonzero(~(np.abs(e) > band[:, None]))
+            if ci.size:
+                d2 = direct_sqdist(Xb[xi], C[ci])
+                mk[ci, xi] = d2 <= r2
+                e[ci, xi] = d2 - r2
+            mask[c0:c1_] = mk
+            counts[c0:c1_] += mk.sum(axis=1)
+            sums[c0:c1_] += mk.astype(np.float64) @ Xb
+            if near_centres is not None:
+                loc = np.flatnonzero(near_pos[c0:c1_] >= 0)
+                if loc.size == 0:
+                    continue
+                sel = loc + c0
+                sub = e[loc]
+                rows, cols = np.nonzero(sub <= n_extra + band[loc, None])
+                if not rows.size:
+                    continue
+                nb = c1 * (csq[sel[rows]] + xsq[cols]) + c2  # this row's own bound
+                ok = sub[rows, cols] <= n_extra + nb
+                rows, cols, nb = rows[ok], cols[ok], nb[ok]
                 dist = np.sqrt(np.maximum(sub[rows, cols] + r2, 0.0))
-                # the expansion's error in d² is ≤ band, so in the distance ≤ band/dist;
-                # where that could exceed near_tolerance, recompute directly
-                redo = ~(dist * near_tolerance >= nb[rows]) if near_tolerance else slice(None)
-                diff = Xb[cols[redo]] - centres[near_centres[rows[redo]]]
-                dist[redo] = np.sqrt((diff * diff).sum(axis=-1))
+                # the expansion's error in d² is ≤ nb, so in the distance ≤ nb/dist; where
+                # that could exceed near_tolerance, recompute directly
+                redo = ~(dist * near_tolerance >= nb) if near_tolerance else slice(None)
+                dist[redo] = np.sqrt(direct_sqdist(Xb[cols[redo]], C[loc[rows[redo]]]))
                 keep = dist <= near_radius
-                near_rows.append(rows[keep])
+                near_rows.append(near_pos[sel[rows[keep]]])  # index into near_centres
                 near_dist.append(dist[keep])
-    counts = np.rint(acc[:, d]).astype(np.int64)
-    sums = np.ascontiguousarray(acc[:, :d])
+        if pairs is not None:
+            pair_counts += (mask[pairs[0]] & mask[pairs[1]]).sum(axis=1)
     if near_centres is not None:
         nrow = np.concatenate(near_rows) if near_rows else np.zeros(0, dtype=np.int64)
         ndist = np.concatenate(near_dist) if near_dist else np.zeros(0)
@@ -293,8 +352,7 @@ class LSRMemory(_MemoryBase):
         bs = _block_size(1, X.shape[0])
         for i in range(Y.shape[0]):  # loop over queries, vectorised over memories
             for b0 in range(0, X.shape[0], bs):
-                diff = X[b0 : b0 + bs] - Y[i]
-                out[i, b0 : b0 + bs] = (diff * diff).sum(axis=-1)
+                out[i, b0 : b0 + bs] = direct_sqdist(X[b0 : b0 + bs], Y[i])
         return out
 
     def _kernel_sum(self, Y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -291,7 +291,10 @@ def with_diagnostics(memory: LSRMemory, result: PrivateRetrievalResult) -> Priva
     if result.method == "endpoint":
         Q = q.shape[0]
         zeros = np.zeros((Q, 1), dtype=np.int64)
-        return replace(result, noise_std=np.full((Q, 1), 2.0 * T * r * mult),
+        from .mechanisms import endpoint_sensitivity
+
+        std = endpoint_sensitivity(memory.n_memories, r, T, q) * mult
+        return replace(result, noise_std=np.asarray(std, dtype=np.float64).reshape(Q, 1),
                        activated=np.zeros((Q, 1), dtype=bool), gate_clean=zeros,
                        gate_released=zeros.copy(), left=zeros.copy(), entered=zeros.copy(),
                        correction_norm=np.zeros((Q, 1)), smooth_sensitivity=None)
