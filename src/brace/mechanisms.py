@@ -111,7 +111,8 @@ class PrivateRetrievalResult:
     Attributes
     ----------
     method : str
-    is_private : bool — False only for ``"naive"`` (NOT differentially private).
+    is_private : bool — False for ``"naive"`` (NOT differentially private) and for a
+        release from caller-supplied innovations (``_innovations``).
     outputs : (Q, T, d) released states ``Y_1..Y_T`` (endpoint: (Q, 1, d)).
     noise_std : (Q, T) standard deviation of the Gaussian noise of each release
         (diagnostic; data-dependent for BRACE and naive).
@@ -124,7 +125,8 @@ class PrivateRetrievalResult:
     left : (Q, T) ``|I_t \\ J_t|`` (memories that left the clean gate; diagnostic).
     entered : (Q, T) ``|J_t \\ I_t|`` (memories that entered the released gate; diagnostic).
     correction_norm : (Q, T) ``‖R_t‖ = ‖z_t - a_t‖`` (diagnostic).
-    privacy : :class:`brace.accounting.PrivacySpent` — the budget and per-step ρ.
+    privacy : :class:`brace.accounting.PrivacySpent` — the per-query budget, per-step ρ,
+        ``queries`` and ``epsilon_total`` (all queries composed, at the same δ).
     params : dict — radius, kappa, gamma, steps, output_projection, seed.
     clean : (Q, T+1, d) noiseless trajectory — only when ``return_clean=True``; it is
         **not private** and must not be released.
