@@ -226,3 +226,12 @@ def test_uq_accepts_a_saved_release(tmp_path, capsys):
     assert "noiseless" in capsys.readouterr().err
     assert main(["uq", *mem, "--queries", str(tmp_path / "q.npy"), "--epsilon", "8"]) == 2
     assert "--steps is required" in capsys.readouterr().err
+
+
+def test_audit_refuses_an_output_that_is_an_input(files, capsys):
+    tmp, X, q = files
+    np.save(tmp / "q1.npy", q[0])
+    rc = main(["audit", "--bank", str(tmp / "bank.npy"), "--query", str(tmp / "q1.npy"),
+               "--radius", "0.8", "--method", "global", "--epsilon", "1", "--steps", "1",
+               "--out", str(tmp / "bank.npy"), "--no-progress"])
+    assert rc == 2 and "would destroy an input" in capsys.readouterr().err

@@ -100,6 +100,12 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("give both --replace-row and --replace-value, or neither.")
     if args.out is not None:
         check_output_file(Path(args.out))
+        from .._io import check_output_path
+
+        check_output_path(args.out, inputs={"--bank": args.bank, "--query": args.query},
+                          overwrite=True)
+        if Path(args.out).exists():
+            print(f"note: --out {args.out} exists and will be replaced", file=sys.stderr)
     bank = load_npy(args.bank, "bank")
     query = load_npy(args.query, "query")
     radius = check_radius_beta(args.beta, args.radius)
