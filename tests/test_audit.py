@@ -18,8 +18,8 @@ from brace.audit import (
     clopper_pearson_upper,
     epsilon_lower_bound,
     error_counts,
-    log_likelihood_ratio,
     format_report,
+    log_likelihood_ratio,
     report_bank,
 )
 from brace.audit.density import _log_density, _sample, _setup
