@@ -214,9 +214,9 @@ class PrivateMemory:
     def _spend(self, records, record, q, T, eps, dlt, method, seed, kw, spent_call,
                created=None):
         b_eps, b_delta = self._budget
-        before, _, _ = _ledger.compose_records(records, b_delta)
         after, _, _ = _ledger.compose_records(records, b_delta, extra=[record])
         if not after <= b_eps:
+            before, _, _ = _ledger.compose_records(records, b_delta)
             left = max(0.0, b_eps - before)
             raise BudgetExceededError(
                 f"this release ({record['queries']} queries x {record['steps']} steps at "
