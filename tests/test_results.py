@@ -54,7 +54,8 @@ def test_round_trip_every_method(mem, tmp_path, method, suffix):
     np.testing.assert_array_equal(back.outputs, res.outputs)
     np.testing.assert_array_equal(back.queries, res.queries)
     assert back.method == method and back.is_private == res.is_private
-    assert back.params == json.loads(json.dumps(res.params))
+    assert back.params == json.loads(json.dumps(res.params)) | {
+        "seed": None, "seed_null_reason": brace.mechanisms.SEED_WITHHELD}
     for f in ("epsilon", "delta", "steps", "dim", "gamma", "rho_per_step", "queries"):
         assert getattr(back.privacy, f) == getattr(res.privacy, f)
     if res.is_private:
@@ -259,3 +260,17 @@ def test_diagnostics_recomputed_for_a_loaded_release(mem, tmp_path, method):
     other = LSRMemory(m.bank, radius=0.7)
     with pytest.raises(ValueError, match="radius"):
         brace.results.with_diagnostics(other, res)
+
+
+@pytest.mark.parametrize("seed", [5, None])
+def test_the_seed_is_withheld_from_saved_releases_unless_asked(mem, tmp_path, seed):
+    res = run(mem, "brace", seed=seed)
+    assert res.params["seed"] is not None  # in memory: reproducible
+    for suffix in (".npz", ".json"):
+        back = load_result(save_result(res, tmp_path / f"s{suffix}"))
+        assert back.params["seed"] is None and "regenerates the noise" in \
+            back.params["seed_null_reason"]
+        kept = load_result(save_result(res, tmp_path / f"k{suffix}", include_seed=True))
+        assert kept.params["seed"] == json.loads(json.dumps(res.params["seed"]))
+    assert res.to_dict()["params"]["seed"] is None
+    assert "seed_null_reason" not in res.to_dict(include_seed=True)["params"]

@@ -234,7 +234,7 @@ class PrivateMemory:
             "id": len(records) + 1,
             "time": _ledger.now(),
             **record,
-            "seed": res.params.get("seed"),
+            # no seed: it regenerates the noise of the release (docs/ledger.md)
             "params": {k: v for k, v in res.params.items() if k != "seed"},
             "spent_after": after,
         }

@@ -75,6 +75,8 @@ METHODS = ("brace", "global", "endpoint", "naive")
 PRIVATE_METHODS = ("brace", "global", "endpoint")
 DEFAULT_KAPPA = 128.0  # BRACE activation κ of private_retrieve and of every CLI flag
 RESULT_SCHEMA = "brace-result/1"  # the saved-result schema (docs/results.md)
+SEED_WITHHELD = ("withheld: the seed regenerates the noise, so it must not be published "
+                 "with the release (include_seed=True keeps it)")
 
 
 class NotPrivateWarning(UserWarning):
@@ -165,10 +167,15 @@ class PrivateRetrievalResult:
         """The data-dependent diagnostics (NOT covered by ε), by name."""
         return {k: getattr(self, k) for k in DIAGNOSTIC_FIELDS}
 
-    def to_dict(self, *, include_diagnostics: bool = False, include_clean: bool = False) -> dict:
+    def to_dict(self, *, include_diagnostics: bool = False, include_clean: bool = False,
+                include_seed: bool = False) -> dict:
         """JSON-able dict (arrays as nested lists) of the release: method, outputs,
         queries, privacy, params. Diagnostics (under ``"diagnostics_not_private"``) and the
-        clean trajectory only if asked — neither is covered by ε."""
+        clean trajectory only if asked — neither is covered by ε.
+
+        The seed record is **withheld** (``params["seed"]`` null, with a reason) unless
+        ``include_seed=True``: it regenerates the noise, so whoever holds it can strip
+        the noise from the release. Keep it with the operator, never publish it."""
 
         def plain(v: Any) -> Any:
             return v.tolist() if isinstance(v, np.ndarray) else v
@@ -185,6 +192,9 @@ class PrivateRetrievalResult:
             "privacy": self.privacy.to_dict(),
             "params": dict(self.params),
         }
+        if not include_seed and out["params"].get("seed") is not None:
+            out["params"]["seed"] = None
+            out["params"]["seed_null_reason"] = SEED_WITHHELD
         if include_diagnostics:
             out["diagnostics_not_private"] = {k: plain(v) for k, v in self.diagnostics().items()}
         if include_clean and self.clean is not None:
@@ -328,7 +338,9 @@ def private_retrieve(
         the same seed and shapes share their noise draws — the paper's naive-vs-BRACE
         comparison. ``params["seed"]`` records it reproducibly (an int, the
         SeedSequence's entropy and spawn key, or a Generator's bit-generator state
-        before the draw; :func:`brace._validation.rng_from_record` rebuilds it).
+        before the draw; :func:`brace._validation.rng_from_record` rebuilds it). The
+        record regenerates the noise, so it is secret: :meth:`PrivateRetrievalResult.to_dict`
+        and :func:`brace.save_result` withhold it unless asked.
     return_clean : bool
         Also return the noiseless trajectory (NOT private; for evaluation only).
     progress : callable ``progress(t, T)``, optional

@@ -138,14 +138,19 @@ def save_result(
     path: str | os.PathLike,
     *,
     include_diagnostics: bool = False,
+    include_seed: bool = False,
 ) -> Path:
-    """Write ``result`` atomically as ``.npz`` or ``.json`` in the one schema."""
+    """Write ``result`` atomically as ``.npz`` or ``.json`` in the one schema.
+
+    The seed record is withheld unless ``include_seed`` (it regenerates the noise: a
+    file that holds it must not be published); diagnostics only if asked."""
     if not isinstance(result, PrivateRetrievalResult | NoiselessResult):
         raise TypeError(f"result must be a PrivateRetrievalResult or NoiselessResult; got "
                         f"{type(result).__name__}.")
     p = Path(path)
     fmt = _format(p)
-    d = result.to_dict()
+    d = result.to_dict(include_seed=include_seed) if isinstance(
+        result, PrivateRetrievalResult) else result.to_dict()
     if fmt == "json":
         if include_diagnostics and isinstance(result, PrivateRetrievalResult):
             d["diagnostics_not_private"] = {
