@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from .._io import check_output_path, load_npy
+    from .._validation import check_steps
     from ..budget import PrivateMemory
     from ..mechanisms import NotPrivateWarning, private_retrieve
     from ..memory import LSRMemory
@@ -83,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.ledger is None and (args.budget is not None or args.budget_delta is not None):
         raise ValueError("--budget and --budget-delta need --ledger FILE.")
+    check_steps(args.steps)  # before any work (and before a progress bar is shown)
     private = args.method != "none"
     if args.ledger is not None:
         if not private:
