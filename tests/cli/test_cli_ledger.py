@@ -235,3 +235,14 @@ def test_audit_refuses_an_output_that_is_an_input(files, capsys):
                "--radius", "0.8", "--method", "global", "--epsilon", "1", "--steps", "1",
                "--out", str(tmp / "bank.npy"), "--no-progress"])
     assert rc == 2 and "would destroy an input" in capsys.readouterr().err
+
+
+def test_long_horizons_show_progress(files, capsys):
+    pytest.importorskip("tqdm")
+    tmp, X, q = files
+    assert main(base(tmp, "r.npz", "--method", "global", "--epsilon", "1", "--steps", "120",
+                     "--seed", "0")) == 0
+    err = capsys.readouterr().err
+    assert "retrieve (3 queries)" in err and "120" in err
+    assert main(base(tmp, "s.npz", "--method", "global", "--epsilon", "1", "--seed", "0")) == 0
+    assert "retrieve (" not in capsys.readouterr().err  # short runs: no bar
