@@ -46,6 +46,7 @@ only over-state ε, never under-state it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -85,6 +86,8 @@ __all__ = [
     "epsilon_spent",
     "calibrate_rho",
     "choose_gamma",
+    "choose_gamma_for_gates",
+    "gate_factor",
     "calibrate",
     "PrivacySpent",
     "format_spent",
@@ -684,6 +687,90 @@ def _choose_gamma(eps: float, dl: float, t: int, d: int, f: float = 0.9) -> floa
         else:
             hi = mid
     return lo
+
+
+GATE_RULE_MARGIN = 20.0  # m_min = ceil(20 log(1/δ) / ε): the gates the rule optimises for
+
+
+def gate_factor(gamma: float, m: np.ndarray, n: int) -> np.ndarray:
+    """``Δ̄ / (2r/m)`` of the fixed-centre certificate for a gate of ``m`` memories.
+
+    ``Δ̄ = max(max_{k ≤ K} e^{-γk}·2r/max(m − k, 1), e^{-γ(K+1)}·2r)`` with
+    ``K = min(n − 1, ⌈log n / γ⌉, 4096)`` (``brace.sensitivity``): the factor by which the
+    smooth bound exceeds the oracle ``2r/m`` that knows the gate size. Data independent.
+    """
+    from .sensitivity import n_terms  # deferred: sensitivity imports memory
+
+    m = np.atleast_1d(np.asarray(m, dtype=np.float64))
+    K = n_terms(n, gamma)
+    k = np.arange(K + 1, dtype=np.float64)
+    F = np.exp(-gamma * k)[None, :] / np.maximum(m[:, None] - k[None, :], 1.0)
+    tail = math.exp(-gamma * (K + 1))
+    return m * np.maximum(F.max(axis=1), tail)
+
+
+def choose_gamma_for_gates(
+    epsilon: float, delta: float, steps: int, *, dim: int, n: int,
+    m_min: int | None = None,
+) -> float:
+    """Data-independent γ, near-optimal across gate sizes (``docs/privacy-accounting.md`` §6).
+
+    With ``J(γ, m) = gate_factor(γ, m, n) · sqrt(ρ_0 / ρ(γ))`` — the noise std of BRACE
+    without correction for a gate of ``m`` memories divided by the oracle's
+    ``(2r/m)/sqrt(2ρ_0)``, ``ρ(γ)`` the calibrated per-step ρ (:func:`calibrate_rho`) and
+    ``ρ_0`` its γ = 0 value — the rule is the minimax choice over gate sizes::
+
+        γ* = argmin_γ max_{m ∈ [m_min, n]} J(γ, m),
+
+    over a log grid of 40 values of γ in ``[1e-4, GAMMA_MAX]`` (the feasible ones),
+    refined by a golden-section search between the grid neighbours of the best.
+    ``m_min`` defaults to ``⌈20·log(1/δ)/ε⌉`` (clipped to ``[2, n]``). Depends only on the
+    public ``(ε, δ, T, d, n, m_min)``; memoised.
+    """
+    eps, dl, t, d, _ = _check_common(epsilon, delta, steps, dim, 0.0)
+    nn = check_int_at_least("n", n, 1)
+    if m_min is None:
+        m0 = math.ceil(GATE_RULE_MARGIN * math.log(1.0 / dl) / eps)
+    else:
+        m0 = check_int_at_least("m_min", m_min, 1)
+    m0 = int(min(max(m0, 2), max(nn, 2)))
+    return _gate_rule(eps, dl, t, d, nn, m0)
+
+
+@functools.lru_cache(maxsize=512)
+def _gate_rule(eps: float, dl: float, t: int, d: int, n: int, m0: int) -> float:
+    rho0 = _calibrate_rho(eps, dl, t, d, 0.0)
+    ms = np.unique(np.round(np.geomspace(m0, max(n, m0), 40)))
+
+    def worst(log_g: float) -> float:  # max over gates of noise std / oracle
+        g = math.exp(log_g)
+        try:
+            rho = _calibrate_rho(eps, dl, t, d, g)
+        except ValueError:  # γ infeasible for (ε, δ, T, d)
+            return math.inf
+        return float(gate_factor(g, ms, n).max()) * math.sqrt(rho0 / rho)
+
+    grid = np.linspace(math.log(1e-4), math.log(GAMMA_MAX), 40)
+    vals = []
+    for x in grid:
+        vals.append(worst(float(x)))
+        if not math.isfinite(vals[-1]):  # larger γ are infeasible too
+            break
+    i = int(np.argmin(vals))
+    lo, hi = float(grid[max(i - 1, 0)]), float(grid[min(i + 1, len(vals) - 1)])
+    phi = (math.sqrt(5.0) - 1.0) / 2.0
+    a, b = hi - phi * (hi - lo), lo + phi * (hi - lo)
+    fa, fb = worst(a), worst(b)
+    for _ in range(12):
+        if fa <= fb:
+            hi, b, fb = b, a, fa
+            a = hi - phi * (hi - lo)
+            fa = worst(a)
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + phi * (hi - lo)
+            fb = worst(b)
+    return math.exp(min([(vals[i], float(grid[i])), (fa, a), (fb, b)])[1])
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
