@@ -78,6 +78,7 @@ __all__ = [
     "DpEvent",
     "GaussianStep",
     "SmoothGaussianStep",
+    "CountedGaussianStep",
     "Composed",
     "SelfComposed",
     "UnsupportedEventError",
@@ -89,6 +90,7 @@ __all__ = [
     "choose_gamma_for_gates",
     "gate_factor",
     "calibrate",
+    "calibrate_count",
     "PrivacySpent",
     "format_spent",
     "ACCOUNTING_RULES",
@@ -407,6 +409,22 @@ class SmoothGaussianStep(DpEvent):
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class CountedGaussianStep(DpEvent):
+    """One step of the count release (``docs/privacy-accounting.md`` §9).
+
+    A noisy gate count ``m̃ = m + Z`` (two-sided geometric, pure ``eps_count``-DP) proposes
+    the sensitivity ``b``; the step then adds Gaussian noise of std ``b/sqrt(2·rho)``.
+    With probability at most ``delta_count`` (per bank) the proposal exceeds the true
+    bound; outside that event the step is ``rho + (eps_count + log(1/(1 − delta_count)))²/2``
+    -zCDP (Bun & Steinke 2016, Prop. 1.4 and Def. 8.1).
+    """
+
+    rho: float
+    eps_count: float
+    delta_count: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Composed(DpEvent):
     """Adaptive composition of several events, in order."""
 
@@ -446,6 +464,7 @@ class RdpAccountant:
         self._ledger: list[DpEvent] = []
         self._rho_fixed = 0.0  # Σ count·ρ over GaussianStep: RDP α·Σρ
         self._smooth: dict[tuple[float, float, int], int] = {}  # (ρ, γ, d) → count
+        self._delta_extra = 0.0  # Σ count·δ of the events that hold except with prob. δ
 
     # One traversal serves both the dry run (supports / validation) and the update,
     # so the two cannot drift apart (as dp_accounting's _maybe_compose).
@@ -463,6 +482,16 @@ class RdpAccountant:
             rho = check_nonnegative("GaussianStep.rho", event.rho)
             if do_compose:
                 self._rho_fixed += count * rho
+            return None
+        if isinstance(event, CountedGaussianStep):
+            rho = check_nonnegative("CountedGaussianStep.rho", event.rho)
+            ec = check_nonnegative("CountedGaussianStep.eps_count", event.eps_count)
+            dc = check_nonnegative("CountedGaussianStep.delta_count", event.delta_count)
+            if not dc < 1.0:
+                return f"CountedGaussianStep.delta_count must be < 1. Found {dc}."
+            if do_compose:
+                self._rho_fixed += count * (rho + 0.5 * (ec + math.log1p(dc / (1.0 - dc))) ** 2)
+                self._delta_extra += count * dc
             return None
         if isinstance(event, SmoothGaussianStep):
             rho = check_nonnegative("SmoothGaussianStep.rho", event.rho)
@@ -514,8 +543,22 @@ class RdpAccountant:
         return float(out[0]) if a.ndim == 0 else out.reshape(a.shape)
 
     def get_epsilon_and_order(self, delta: float) -> tuple[float, float]:
-        """``(ε, α_opt)``: the smallest ε over continuous α, and the order attaining it."""
+        """``(ε, α_opt)``: the smallest ε over continuous α, and the order attaining it.
+
+        Events that hold except with probability ``δ_E`` in total (the count release)
+        are charged as in ``docs/privacy-accounting.md`` §9: the RDP curve is converted at
+        ``δ − δ_E`` and ``log(1/(1 − δ_E))`` is added to ε (``+∞`` if ``δ ≤ δ_E``).
+        """
         dl = check_delta(delta)
+        if self._delta_extra > 0.0:
+            de = self._delta_extra
+            if not dl > de:
+                return math.inf, math.nan
+            eps, alpha = self._conditional_epsilon(dl - de)
+            return eps - math.log1p(-de), alpha
+        return self._conditional_epsilon(dl)
+
+    def _conditional_epsilon(self, dl: float) -> tuple[float, float]:
         if not self._smooth and self._rho_fixed == 0.0:
             return 0.0, math.inf
         return _minimize_conversion(self._curve, self.max_order, dl)
@@ -796,6 +839,10 @@ class PrivacySpent:
     mechanism: str = ""
     epsilon_rdp: float = math.nan
     alpha_opt: float = math.nan
+    release: str = "smooth"  # "count": noisy-count proposal, fixed Gaussian (§9)
+    eps_count: float = 0.0  # count release: pure DP of each noisy gate count
+    delta_count: float = 0.0  # count release: per-step failure probability of the proposal
+    count_margin: int = 0  # count release: proposal m̃ − margin (a lower bound w.p. ≥ 1 − δ)
 
     @property
     def noise_multiplier(self) -> float:
@@ -809,6 +856,9 @@ class PrivacySpent:
     @property
     def event(self) -> DpEvent:
         """The release described as an event (``steps`` self-composed steps)."""
+        if self.release == "count":
+            step = CountedGaussianStep(self.rho_per_step, self.eps_count, self.delta_count)
+            return SelfComposed(step, self.steps)
         return SelfComposed(_step_event(self.rho_per_step, self.gamma, self.dim), self.steps)
 
     def to_dict(self) -> dict[str, Any]:
@@ -849,6 +899,47 @@ class PrivacySpent:
 def format_spent(spent: PrivacySpent) -> str:
     """The readable multi-line summary printed by ``brace account`` (``str(spent)``)."""
     return str(spent)
+
+
+COUNT_SHARE = 0.1  # default share of the per-step zCDP budget spent on the noisy count
+
+
+def calibrate_count(
+    epsilon: float, delta: float, steps: int, *, dim: int, count_share: float = COUNT_SHARE,
+) -> PrivacySpent:
+    """Calibrate the count release (``docs/privacy-accounting.md`` §9) to a target (ε, δ).
+
+    Half of δ is the proposals' failure probability (``δ/(2T)`` per step), the other half
+    is the conversion's. The per-step zCDP budget ``ρ_s`` is the largest whose ``T``-fold
+    RDP composition converts to ``ε + log(1 − δ/2)`` at ``δ/2``; a share ``count_share`` of
+    it pays for the noisy count, ``(ε_c + log(1/(1 − δ_c)))²/2 = share·ρ_s``, the rest for
+    the Gaussian, ``ρ_G = (1 − share)·ρ_s``. The result is re-checked with the accountant.
+    The margin ``⌈log(1/(δ_c(1 + e^{−ε_c})))/ε_c⌉`` makes ``m̃ − margin`` exceed the gate
+    count with probability at most ``δ_c``. Nothing here depends on ``dim`` (the release is
+    dimension-free); ``dim`` is recorded.
+    """
+    eps, dl, t, d, _ = _check_common(epsilon, delta, steps, dim, 0.0)
+    share = check_positive("count_share", count_share)
+    if not share < 1.0:
+        raise ValueError(f"count_share must lie in (0, 1). Found {share}.")
+    dc = dl / (2.0 * t)
+    target = eps + math.log1p(-dl / 2.0)
+    rho_s = _calibrate_rho(target, dl / 2.0, t, d, 0.0)
+    eps_c = math.sqrt(2.0 * share * rho_s) + math.log1p(-dc)
+    if not eps_c > 0.0:  # pragma: no cover - ρ_s ≫ δ for every supported ε
+        raise ValueError(f"epsilon = {eps} is too small for the count release.")
+    rho_g = (1.0 - share) * rho_s
+    p = math.exp(-eps_c)
+    margin = int(math.ceil(math.log(1.0 / (dc * (1.0 + p))) / eps_c))
+    acc = RdpAccountant().compose(CountedGaussianStep(rho_g, eps_c, dc), t)
+    spent, alpha = acc.get_epsilon_and_order(dl)
+    if not spent <= eps * (1.0 + 1e-9):  # pragma: no cover - re-check, as calibrate_rho
+        raise RuntimeError(f"calibrate_count overspends: epsilon {spent} > target {eps}.")
+    return PrivacySpent(
+        epsilon=eps, delta=dl, steps=t, dim=d, gamma=0.0, rho_per_step=rho_g,
+        accounting="rdp", mechanism="brace", epsilon_rdp=spent, alpha_opt=alpha,
+        release="count", eps_count=eps_c, delta_count=dc, count_margin=margin,
+    )
 
 
 def calibrate(
