@@ -416,7 +416,7 @@ class CountedGaussianStep(DpEvent):
     the sensitivity ``b``; the step then adds Gaussian noise of std ``b/sqrt(2·rho)``.
     With probability at most ``delta_count`` (per bank) the proposal exceeds the true
     bound; outside that event the step is ``rho + (eps_count + log(1/(1 − delta_count)))²/2``
-    -zCDP (Bun & Steinke 2016, Prop. 1.4 and Def. 8.1).
+    -zCDP (Bun & Steinke 2016, Prop. 1.4 and §8, approximate zCDP).
     """
 
     rho: float
