@@ -368,3 +368,15 @@ def test_two_processes_race_for_the_last_of_the_budget(bank, tmp_path):
 def test_public_names():
     for name in ("PrivateMemory", "BudgetExceededError", "load_result", "DEFAULT_KAPPA"):
         assert name in brace.__all__ and hasattr(brace, name)
+
+
+@pytest.mark.parametrize("kw", [dict(release="count"), dict(gamma="gates")])
+def test_other_brace_calibrations_are_priced_as_released(bank, tmp_path, kw):
+    path = tmp_path / "ledger.json"
+    pm = PrivateMemory(bank, radius=0.8, budget=(50.0, 1e-5), ledger=path)
+    res = pm.retrieve(bank[:3], steps=2, epsilon=2.0, delta=1e-6, seed=0, **kw)
+    want = RdpAccountant().compose(res.privacy.step_event, 6).get_epsilon(1e-5)
+    assert pm.spent == pytest.approx(want, rel=1e-12)
+    assert read_ledger(path).spent == pm.spent  # the event survives the JSON round trip
+    if "release" in kw:
+        assert res.released_counts is not None and res.released_counts.shape == (3, 2)

@@ -274,3 +274,13 @@ def test_the_seed_is_withheld_from_saved_releases_unless_asked(mem, tmp_path, se
         assert kept.params["seed"] == json.loads(json.dumps(res.params["seed"]))
     assert res.to_dict()["params"]["seed"] is None
     assert "seed_null_reason" not in res.to_dict(include_seed=True)["params"]
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".json"])
+def test_count_release_round_trip_keeps_its_noisy_counts(mem, tmp_path, suffix):
+    res = run(mem, "brace", release="count")
+    back = load_result(save_result(res, tmp_path / f"c{suffix}"))
+    np.testing.assert_array_equal(back.released_counts, res.released_counts)
+    assert back.privacy.release == "count" and back.privacy.eps_count == res.privacy.eps_count
+    with pytest.raises(ValueError, match="count release"):
+        brace.results.with_diagnostics(mem[0], back)

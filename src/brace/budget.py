@@ -12,6 +12,7 @@ the current mechanisms has one) add as δ, and the sum is converted once at the 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -178,15 +179,23 @@ class PrivateMemory:
         gamma = kw.get("gamma")
         if accounting not in acc.ACCOUNTING_RULES:
             raise ValueError(f"accounting must be 'rdp' or 'paper'; got {accounting!r}.")
-        if gamma is not None and method == "brace":
-            gamma = check_nonnegative("gamma", gamma)
+        release = kw.get("release", "smooth")
         # Price the call from public parameters only (the calibration of private_retrieve).
-        releases = 1 if method == "endpoint" else T
-        spent_call = accounting_module_calibrate(
-            eps, dlt, releases, dim=X.shape[1],
-            gamma=gamma if method == "brace" else 0.0, accounting=accounting,
-            mechanism=method,
-        ).for_queries(q.shape[0])
+        d = X.shape[1]
+        if release == "count" and method == "brace" and accounting == "rdp":
+            spent = acc.calibrate_count(eps, dlt, T, dim=d)
+        else:
+            if gamma == "gates" and method == "brace" and accounting == "rdp":
+                gamma = acc.choose_gamma_for_gates(eps, dlt, T, dim=d, n=X.shape[0])
+            elif gamma is not None and method == "brace" and not isinstance(gamma, str):
+                gamma = check_nonnegative("gamma", gamma)
+            releases = 1 if method == "endpoint" else T
+            spent = accounting_module_calibrate(
+                eps, dlt, releases, dim=d,
+                gamma=gamma if method == "brace" and not isinstance(gamma, str) else 0.0,
+                accounting=accounting, mechanism=method,
+            )  # an invalid release/gamma is refused by private_retrieve, spending nothing
+        spent_call = spent.for_queries(q.shape[0])
         record = {
             "method": method,
             "queries": int(q.shape[0]),
@@ -194,7 +203,8 @@ class PrivateMemory:
             "dim": int(X.shape[1]),
             "epsilon": eps,
             "delta": dlt,
-            "epsilon_call": spent_call.epsilon_total,
+            "epsilon_call": (spent_call.epsilon_total  # at the per-query delta
+                             if math.isfinite(spent_call.epsilon_total) else None),
             "accounting": accounting,
             "gamma": spent_call.gamma,
             "rho_per_step": spent_call.rho_per_step,

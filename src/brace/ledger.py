@@ -91,6 +91,9 @@ def event_to_dict(event: acc.DpEvent) -> dict[str, Any]:
     if isinstance(event, acc.SmoothGaussianStep):
         return {"type": "SmoothGaussianStep", "rho": float(event.rho),
                 "gamma": float(event.gamma), "dim": int(event.dim)}
+    if isinstance(event, acc.CountedGaussianStep):
+        return {"type": "CountedGaussianStep", "rho": float(event.rho),
+                "eps_count": float(event.eps_count), "delta_count": float(event.delta_count)}
     if isinstance(event, acc.SelfComposed):
         return {"type": "SelfComposed", "count": int(event.count),
                 "event": event_to_dict(event.event)}
@@ -112,6 +115,9 @@ def event_from_dict(data: Any) -> acc.DpEvent:
         if kind == "SmoothGaussianStep":
             return acc.SmoothGaussianStep(_num(data["rho"]), _num(data["gamma"]),
                                           int(data["dim"]))
+        if kind == "CountedGaussianStep":
+            return acc.CountedGaussianStep(_num(data["rho"]), _num(data["eps_count"]),
+                                           _num(data["delta_count"]))
         if kind == "SelfComposed":
             return acc.SelfComposed(event_from_dict(data["event"]), int(data["count"]))
         if kind == "Composed":

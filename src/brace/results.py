@@ -170,6 +170,8 @@ def save_result(
     }
     if "warning" in d:
         arrays["warning"] = np.asarray(d["warning"])
+    if getattr(result, "released_counts", None) is not None:  # part of a count release
+        arrays["released_counts"] = np.asarray(result.released_counts)
     if include_diagnostics and isinstance(result, PrivateRetrievalResult):
         for k, v in result.diagnostics().items():
             if v is not None:
@@ -257,6 +259,9 @@ def load_result(path: str | os.PathLike) -> PrivateRetrievalResult | NoiselessRe
         raise ValueError(f"{p} claims is_private=True for a release without a guarantee "
                          f"(method {method!r}); the file is inconsistent.")
     fields = {k: diags.get(k) for k in DIAGNOSTIC_FIELDS}
+    counts = doc.get("released_counts")
+    if counts is not None:
+        fields["released_counts"] = np.asarray(counts, dtype=np.int64)
     return PrivateRetrievalResult(
         method=method,
         is_private=is_private,
@@ -303,6 +308,9 @@ def with_diagnostics(memory: LSRMemory, result: PrivateRetrievalResult) -> Priva
                        activated=np.zeros((Q, 1), dtype=bool), gate_clean=zeros,
                        gate_released=zeros.copy(), left=zeros.copy(), entered=zeros.copy(),
                        correction_norm=np.zeros((Q, 1)), smooth_sensitivity=None)
+    if getattr(p, "release", "smooth") == "count":
+        raise ValueError("the diagnostics of a count release cannot be recomputed from the "
+                         "release; save it with include_diagnostics=True (--diagnostics).")
     hist = np.concatenate([q[:, None], result.outputs], axis=1)
     kappa = float(prm.get("kappa", 128.0))
     diag = _iterative(memory, q, result.method, T, r, kappa, p, mult, None, proj, {}, False,
