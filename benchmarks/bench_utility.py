@@ -12,8 +12,9 @@ memories (uniform in ``B̄(0, r/2)``; every other row is at least ``20r`` away),
 
 Methods: BRACE without correction (κ = ∞) with the default fraction-0.9 γ rule, with
 the gate-size rule (``gamma="gates"``), the count release (``release="count"``), the
-public automatic choice between the last two (``release="auto"``), and global. Targets (``docs/utility.md``): within 2× of the oracle wherever
-``m ≥ 20·log(1/δ)/ε``; never more than 1.05× global.
+public automatic choice between the last two (``release="auto"``), and global. Targets
+(``docs/utility.md``): within 2× of the oracle wherever ``m ≥ 20·log(1/δ)/ε``; never more
+than 1.05× global.
 
     python benchmarks/bench_utility.py --quick          # a subset, about a minute
     python benchmarks/bench_utility.py --medium         # the full grid at T = 3
