@@ -92,6 +92,7 @@ __all__ = [
     "gate_factor",
     "calibrate",
     "calibrate_count",
+    "predicted_noise_ratio",
     "PrivacySpent",
     "format_spent",
     "ACCOUNTING_RULES",
@@ -1006,6 +1007,35 @@ class PrivacySpent:
 def format_spent(spent: PrivacySpent) -> str:
     """The readable multi-line summary printed by ``brace account`` (``str(spent)``)."""
     return str(spent)
+
+
+def predicted_noise_ratio(
+    release: str, epsilon: float, delta: float, steps: int, *, dim: int, n: int,
+) -> tuple[float, float, float | None]:
+    """Predicted step noise std / oracle over gates ``m ∈ [m_min, n]`` (public values only).
+
+    ``"smooth"``: with the gate-size γ (:func:`choose_gamma_for_gates`),
+    ``gate_factor(γ, m, n)·sqrt(ρ_0/ρ(γ))``. ``"count"``: with the median proposal
+    ``m − margin``, ``m/max(m − margin, 1)·sqrt(ρ_0/ρ_G)``. Returns the geometric mean over a
+    log grid of 40 gate sizes, the worst ratio, and the γ (None for the count release).
+    ``release="auto"`` picks the mode with the smaller geometric mean (``docs/utility.md``).
+    """
+    eps, dl, t, d, _ = _check_common(epsilon, delta, steps, dim, 0.0)
+    nn = check_int_at_least("n", n, 1)
+    m0 = int(min(max(math.ceil(GATE_RULE_MARGIN * math.log(1.0 / dl) / eps), 2), max(nn, 2)))
+    ms = np.unique(np.round(np.geomspace(m0, max(nn, m0), 40)))
+    rho0 = _calibrate_rho(eps, dl, t, d, 0.0)
+    if release == "smooth":
+        g = _gate_rule(eps, dl, t, d, nn, m0)
+        ratio = gate_factor(g, ms, nn) * math.sqrt(rho0 / _calibrate_rho(eps, dl, t, d, g))
+    elif release == "count":
+        s = calibrate_count(eps, dl, t, dim=d)
+        ratio = ms / np.maximum(ms - s.count_margin, 1.0) * math.sqrt(rho0 / s.rho_per_step)
+        g = None
+    else:
+        raise ValueError(f"release must be 'smooth' or 'count'; got {release!r}.")
+    return float(np.exp(np.mean(np.log(ratio)))), float(ratio.max()), g
+    raise ValueError(f"release must be 'smooth' or 'count'; got {release!r}.")
 
 
 COUNT_SHARE = 0.09  # default share of the per-step zCDP budget spent on the noisy count

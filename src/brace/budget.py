@@ -182,6 +182,14 @@ class PrivateMemory:
         release = kw.get("release", "smooth")
         # Price the call from public parameters only (the calibration of private_retrieve).
         d = X.shape[1]
+        if release == "auto" and method == "brace" and accounting == "rdp":
+            # the same public choice as private_retrieve (predicted noise/oracle ratios)
+            w_s, _, g_s = acc.predicted_noise_ratio("smooth", eps, dlt, T, dim=d,
+                                                    n=X.shape[0])
+            w_c, _, _ = acc.predicted_noise_ratio("count", eps, dlt, T, dim=d, n=X.shape[0])
+            release = "count" if w_c < w_s else "smooth"
+            if release == "smooth":
+                gamma = g_s
         if release == "count" and method == "brace" and accounting == "rdp":
             spent = acc.calibrate_count(eps, dlt, T, dim=d)
         else:

@@ -43,7 +43,7 @@ from ._validation import (
     check_steps,
     rng_and_record,
 )
-from .accounting import calibrate_count, choose_gamma_for_gates
+from .accounting import calibrate_count, choose_gamma_for_gates, predicted_noise_ratio
 from .memory import LSRMemory
 from .sensitivity import (
     CleanTrajectoryBound,
@@ -354,14 +354,17 @@ def private_retrieve(
         and :func:`brace.save_result` withhold it unless asked.
     return_clean : bool
         Also return the noiseless trajectory (NOT private; for evaluation only).
-    release : {"smooth", "count"}, default "smooth"
+    release : {"smooth", "count", "auto"}, default "smooth"
         BRACE only. ``"smooth"``: the smooth-sensitivity certificate (Δ̄_t, γ).
         ``"count"``: the dimension-free count release (``docs/privacy-accounting.md`` §9):
         each step releases a noisy gate count ``m̃_t`` (pure DP, two-sided geometric), which
         proposes the public sensitivity ``b_t = 2r/max(m̃_t − margin, 1)``, then adds
         Gaussian noise of std ``b_t/sqrt(2ρ_G)``; no variance mismatch, so the cost does not
         grow with d. No boundary correction (κ is ignored). The noisy counts are part of the
-        release (``released_counts``).
+        release (``released_counts``). ``"auto"``: whichever of ``"count"`` and
+        ``"smooth"`` with ``gamma="gates"`` has the smaller predicted worst noise/oracle
+        ratio over gate sizes (:func:`brace.accounting.predicted_noise_ratio`; public
+        ε, δ, T, d, n only); the choice is recorded in ``params["release_rule"]``.
     progress : callable ``progress(t, T)``, optional
         Called after each released step (``t = 1..T``; once for the endpoint method);
         the CLI uses it for a progress bar on long horizons. Horizons are bounded by
@@ -434,8 +437,22 @@ def private_retrieve(
             NotPrivateWarning,
             stacklevel=2,
         )
-    if release not in ("smooth", "count"):
-        raise ValueError(f"release must be 'smooth' or 'count'; got {release!r}.")
+    if release not in ("smooth", "count", "auto"):
+        raise ValueError(f"release must be 'smooth', 'count' or 'auto'; got {release!r}.")
+    release_rule = "given"
+    if release == "auto":
+        if method != "brace" or accounting != "rdp":
+            raise ValueError("release='auto' is a BRACE choice with accounting='rdp'; got "
+                             f"method={method!r}, accounting={accounting!r}.")
+        # public: the predicted noise/oracle ratio of each mode over the gate sizes
+        w_smooth, _, g_smooth = predicted_noise_ratio("smooth", eps, dlt, T, dim=d,
+                                                      n=X.shape[0])
+        w_count, _, _ = predicted_noise_ratio("count", eps, dlt, T, dim=d, n=X.shape[0])
+        release = "count" if w_count < w_smooth else "smooth"
+        if release == "smooth":
+            gamma, gamma_rule = g_smooth, "gates"
+        release_rule = (f"auto (predicted noise/oracle, geometric mean over gate sizes: "
+                        f"smooth {w_smooth:.3g}, count {w_count:.3g})")
     count_noise = None
     if release == "count":
         if method != "brace" or accounting != "rdp":
@@ -460,6 +477,8 @@ def private_retrieve(
         "kappa": kap,
         "gamma": spent.gamma,
         "gamma_rule": gamma_rule if method == "brace" else "none (fixed sensitivity)",
+        "release": release if method == "brace" else "fixed sensitivity",
+        "release_rule": release_rule,
         "steps": T,
         "output_projection": proj_flag,
         "seed": seed_record if _innovations is None else None,
