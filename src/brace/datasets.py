@@ -1,4 +1,4 @@
-"""Built-in synthetic data (spec §7): the three-component mixture of paper §6.1.
+"""Built-in synthetic data (``docs/spec.md`` §7): the three-component mixture of paper §6.1.
 
 Two dominant Gaussian modes at ``(±1, 0)`` and a broader central component between
 them. The paper does not give the weights and spreads; the values below are this

@@ -76,14 +76,14 @@ def _add_mnist(sub) -> None:
     p = sub.add_parser(
         "mnist",
         help="corrupted-MNIST retrieval (paper §6.2): full grid, or --quick",
-        description="Corrupted-MNIST retrieval (paper §6.2, spec §7): 2-D VAE+PCA features, "
+        description="Corrupted-MNIST retrieval (paper §6.2, docs/spec.md §7): 2-D VAE+PCA "
+        "features, "
         "q = x + 3u, the 48 β × T × ε grid for BRACE, global, endpoint, naive (NOT DP) and "
         "noiseless; results.jsonl (resumable), tables and Figs. 2-4 in --out.",
     )
     p.add_argument("--data-dir", default=None,
                    help="directory with t10k-images-idx3-ubyte(.gz) and t10k-labels-idx1-ubyte"
-                   "(.gz) (default: $BRACE_MNIST_DIR, else ../shared/data/mnist beside the "
-                   "checkout)")
+                   "(.gz); required unless $BRACE_MNIST_DIR is set (default: $BRACE_MNIST_DIR)")
     p.add_argument("--out", default="runs/mnist", help="output directory (resumable)")
     p.add_argument("--quick", action="store_true",
                    help="tiny VAE, 6 β, T=3, ε=64, R=2 (smoke test, < 2 min)")
@@ -118,7 +118,7 @@ def _add_coverage(sub) -> None:
 
     p = sub.add_parser(
         "coverage",
-        help="coverage study of the UQ confidence regions (spec §6)",
+        help="coverage study of the UQ confidence regions (docs/spec.md §6)",
         description=coverage.__doc__.split("\n\n")[0],
     )
     d = coverage.CoverageConfig()

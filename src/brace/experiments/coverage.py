@@ -1,4 +1,4 @@
-"""Coverage study of the CLT confidence regions of :mod:`brace.uq` (spec §6, issue 6).
+"""Coverage study of the CLT confidence regions of :mod:`brace.uq` (``docs/spec.md`` §6).
 
 A 2-D Gaussian mixture with known population trajectory ``z̄_t`` (exact quadrature,
 :class:`brace.uq.MixturePopulation`); for every bank size ``n``, ``replications``
@@ -11,7 +11,7 @@ steps, and the Bonferroni box of coordinate intervals. It also records interval 
 the privacy share of the variance, and checks the delta-method ``Σ̂`` against the exact
 ``Σ`` and against the spread of ``√n (z_t − z̄_t)`` over banks.
 
-Defaults: the paper's mixture (spec §7), r = 0.8, q = (0.4, 0.25), BRACE with κ = ∞
+Defaults: the paper's mixture (``docs/spec.md`` §7), r = 0.8, q = (0.4, 0.25), BRACE with κ = ∞
 (no correction: smooth-sensitivity private mean shift, the paper's MNIST regime),
 γ from the public rule ``choose_gamma(ε, δ, T, d, fraction=0.75)`` — see the docs
 (docs/uq.md §7) for why not the library default 0.9 at ε = 1, and for the κ = 0 runs.

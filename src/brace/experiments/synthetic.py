@@ -1,4 +1,4 @@
-"""Synthetic boundary switching (paper §6.1, spec §7) — the README's main job.
+"""Synthetic boundary switching (paper §6.1, ``docs/spec.md`` §7) — the README's main job.
 
 n = 256 memories from the three-component mixture of :mod:`brace.datasets`, r = 0.8
 (β = 3.125), T = 5, (ε, δ) = (128, 1e-5).

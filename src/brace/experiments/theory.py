@@ -1,4 +1,4 @@
-"""Numerical checks of the paper's theory (paper §5, spec §3 and §5; issue 8).
+"""Numerical checks of the paper's theory (paper §5, ``docs/spec.md`` §3 and §5).
 
 Five items, each written as a figure (PNG), a JSON table of raw numbers and a text table,
 with the full config and library versions (``_common.metadata``):
@@ -80,7 +80,7 @@ _RTOL = 1e-9
 
 @dataclass(frozen=True)
 class TheoryConfig:
-    """Parameters of all five items (``None`` κ grids: the defaults of the issue).
+    """Parameters of all five items (``None`` κ grids: the built-in defaults).
 
     Shared: bank size ``n``, radius ``r``, horizon ``steps`` (T), budget
     ``(epsilon, delta)``, BRACE threshold ``kappa`` (items 1–2), ``replications``
@@ -275,7 +275,7 @@ class PathBoundCheck:
 def path_bound_check(result: Any, clean: np.ndarray) -> PathBoundCheck:
     """Check the deterministic path bound of the output projection (paper after Thm 5).
 
-    With the projection, ``‖Y_t − q‖ ≤ (t+1)r`` and ``‖z_t − q‖ ≤ tr`` (spec §1), hence
+    With the projection, ``‖Y_t − q‖ ≤ (t+1)r`` and ``‖z_t − q‖ ≤ tr`` (``docs/spec.md`` §1), hence
     ``‖Y_t − z_t‖ ≤ (2t+1)r ≤ (2T+1)r``. ``clean`` is the (Q, T+1, d) noiseless trajectory.
     """
     r = float(result.params["radius"])
@@ -360,7 +360,7 @@ def activation_check(memory: LSRMemory, queries: np.ndarray, result: Any) -> Act
                        gamma=float(p["gamma"]), output_projection=bool(p["output_projection"]))
     z = memory.retrieve(q, T)  # (Q, T+1, d)
     a = memory.step(hist.reshape(-1, d)).reshape(Q, T, d)  # a_t = Φ_D(Y_{t-1})
-    R = z[:, 1:] - a  # R_t = z_t − a_t (spec §3 step 2 identity)
+    R = z[:, 1:] - a  # R_t = z_t − a_t (``docs/spec.md`` §3 step 2 identity)
     H = result.activated
     target = a + H[..., None] * R
     off = np.linalg.norm(target - hist, axis=-1)
