@@ -806,8 +806,8 @@ def _risk_panels(out: dict, key: str, xs: list, axes, panels, refs=None) -> None
                 ax.plot([r[key] for r in rs], y, color=_COLORS[v], marker="o", ms=4,
                         ls="-" if proj else "--",
                         label=f"{v} ({'projection' if proj else 'no projection'})")
-                # 95% CI band where its lower end is positive (heavy tails: rare mode
-                # switches make the t-interval cross 0; see the table for the numbers)
+                # 95% CI band (log-scale interval of a non-negative mean: lo > 0 unless
+                # every error is 0, which a log axis cannot draw)
                 ax.fill_between([r[key] for r in rs], np.where(lo > 0, lo, np.nan), hi,
                                 where=lo > 0, color=_COLORS[v], alpha=0.12)
         if refs is not None and "per coord" not in ylab:
@@ -932,16 +932,19 @@ def _fig_activation(out: dict, cfg: TheoryConfig, path: Path, raw: dict | None =
 def _fig_root_n(out: dict, cfg: TheoryConfig, path: Path, raw: dict | None = None) -> None:
     plt = pyplot()
     alphas = [f["alpha"] for f in out["fits"]]
-    fig, axes = plt.subplots(1, len(alphas) + 1, figsize=(4.2 * (len(alphas) + 1), 4.3))
+    fig, axes = plt.subplots(1, len(alphas) + 1, figsize=(4.6 * (len(alphas) + 1), 4.6),
+                             layout="constrained")  # no overlapping labels between panels
     raw = raw or {}
     sizes = list(dict.fromkeys(r["n"] for r in out["rows"]))
-    for ax, a, f in zip(axes, alphas, out["fits"], strict=False):
+    for i, (ax, a, f) in enumerate(zip(axes, alphas, out["fits"], strict=False)):
         data = [raw.get(f"alpha{a:g}_n{n}", np.zeros(1)) for n in sizes]
         ax.violinplot(data, showmedians=True)
-        ax.set_xticks(range(1, len(sizes) + 1), [f"10^{math.log10(n):.0f}" for n in sizes])
+        ax.set_xticks(range(1, len(sizes) + 1),
+                      [f"$10^{{{math.log10(n):.0f}}}$" for n in sizes])
         ax.axhline(0.0, color="0.5", lw=0.8)
         ax.set_xlabel("n")
-        ax.set_ylabel("√n · ξ_{n,1} (first coordinate)")
+        if i == 0:  # one y label for the violin panels
+            ax.set_ylabel("√n · ξ_{n,1} (first coordinate)")
         ax.set_title(f"α = {a:g}: m̂ ≍ n^{a:g} — {f['regime']}", fontsize=10)
         ax.grid(alpha=0.3)
     ax = axes[-1]
