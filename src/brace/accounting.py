@@ -604,7 +604,10 @@ def _calibrate_rho(epsilon: float, delta: float, steps: int, dim: int, gamma: fl
                 break
             lo = hi
             if not math.isfinite(2.0 * lo):
-                raise ValueError(f"epsilon = {epsilon} is too large to calibrate.")
+                raise ValueError(
+                    f"epsilon = {epsilon} is too large to calibrate: the per-step rho "
+                    "overflows float64. Use a smaller epsilon."
+                )
     else:
         while True:
             lo = hi / 2.0
@@ -614,7 +617,7 @@ def _calibrate_rho(epsilon: float, delta: float, steps: int, dim: int, gamma: fl
             if lo < 1e-300:
                 raise ValueError(
                     f"epsilon = {epsilon} is too small for delta = {delta}: the required "
-                    "rho per step is below 1e-300."
+                    "rho per step is below 1e-300. Use a larger epsilon or delta."
                 )
     while math.log(hi / lo) > _RHO_RTOL:
         mid = math.sqrt(lo * hi)

@@ -37,7 +37,7 @@ class MixtureSpec:
         if np.any(w < 0) or not np.isclose(w.sum(), 1.0):
             raise ValueError(f"mixture weights must be >= 0 and sum to 1; got {w.tolist()}.")
         if np.any(sd <= 0):
-            raise ValueError("mixture stds must be > 0.")
+            raise ValueError(f"mixture stds must be > 0; got {sd.tolist()}.")
         return w, mu, sd
 
     def to_dict(self) -> dict:
