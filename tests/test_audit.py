@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from brace import LSRMemory, private_retrieve
+from brace import LSRMemory, certificate, private_retrieve
 from brace.audit import (
     AuditConfig,
     audit,
@@ -18,6 +18,7 @@ from brace.audit import (
     clopper_pearson_upper,
     epsilon_lower_bound,
     error_counts,
+    format_report,
     log_likelihood_ratio,
     report_bank,
 )
@@ -354,3 +355,82 @@ def test_input_validation(bank1):
 # ------------------------------------------------------------------ CLI
 
 
+
+
+# ---------------------------------------------------------------- a broken certificate
+
+
+def _old_step1_rule(monkeypatch):
+    """Re-create the step-1 rule before 0.1.1 (advisory BRACE-2026-01): the walk bound with
+    the thin τ-shell around the public query counted in W and no k term."""
+    from brace import memory as memory_mod
+    from brace import sensitivity as S
+
+    ctx = {}
+    real_gate_pass = memory_mod.LSRMemory.gate_pass
+
+    def gate_pass(self, centres, **kw):
+        X, _ = self._bank()
+        r, tau = self.radius_, S.TAU_REL * self.radius_
+        d = np.sqrt(((X[None] - centres[:, None]) ** 2).sum(-1))
+        ctx["shell_in"] = ((d > r - tau) & (d <= r)).sum(1)
+        ctx["shell"] = ((d > r - tau) & (d <= r + tau)).sum(1)
+        return real_gate_pass(self, centres, **kw)
+
+    real_advance = S.CleanTrajectoryBound.advance
+
+    def advance(self, *, clean_counts=None, segments=None):
+        if self.s != 0:
+            return real_advance(self, clean_counts=clean_counts, segments=segments)
+        self.s = 1
+        Q = self.n_queries
+        r = self.num.r
+        k = np.arange(self.K + 1)[None, :]
+        L = (np.asarray(clean_counts) - ctx["shell_in"][Q:])[:, None]
+        W = ctx["shell"][Q:, None]
+        nc = L - k - 1
+        A = np.where(nc >= 1, np.minimum(2 * r, 2 * r * (W + 1) / np.maximum(nc + 1, 1)), 2 * r)
+        self.A = self.num.up(A + self.slack(1)[:, None])
+        return self.A
+
+    monkeypatch.setattr(memory_mod.LSRMemory, "gate_pass", gate_pass)
+    monkeypatch.setattr(S.CleanTrajectoryBound, "advance", advance)
+
+
+def _boundary_bank():
+    return np.concatenate([np.linspace(-0.5, 0.5, 200), [5.0]])[:, None], np.zeros(1)
+
+
+@pytest.mark.slow
+def test_broken_certificate_is_caught_and_the_fixed_one_passes(monkeypatch):
+    """Report row: BRACE (κ = 0, T = 1) with the old step-1 certificate. The pair finder's
+    scale-ratio search finds the far row moved onto the gate boundary (noise scale ×2),
+    and the audit certifies ε_lb above the claimed ε; the fixed certificate passes."""
+    X, q = _boundary_bank()
+    # γ = 0.03 (public, feasible at ε = 1): the smooth max sits at k = 0 on this bank,
+    # so a doubled G(0) doubles the noise scale
+    cfg = AuditConfig(method="brace", epsilon=1.0, steps=1, radius=1.0, kappa=0.0,
+                      gamma=0.03, n_runs=20_000, n_pilot=5_000, n_screen=300, seed=11,
+                      batch_size=20_000)
+    fixed = audit(X, q, cfg)
+    assert fixed.verdict == "pass", str(fixed)
+    with monkeypatch.context() as m:
+        _old_step1_rule(m)
+        pairs = candidate_pairs(X, q, cfg, rng=0)
+        sr = [p for p in pairs if p.kind == "scale-ratio"]
+        assert sr and abs(sr[0].new_value[0]) == 1.0  # a row moved onto the boundary
+        scale = [certificate(LSRMemory(B, radius=1.0), q[None], q[None, None], steps=1,
+                             kappa=0.0, gamma=0.03).noise_scale[0, 0]
+                 for B in (X, _replaced(X, sr[0]))]
+        assert scale[1] / scale[0] > 1.9  # the broken smoothness the search looks for
+        broken = audit(X, q, cfg)
+    assert broken.verdict == "VIOLATION", str(broken)
+    assert broken.epsilon_lb > cfg.epsilon
+    row = format_report({
+        "config": {"delta": cfg.delta, "alpha": cfg.alpha, "radius": cfg.radius},
+        "rows": [{**broken.to_dict(), "d": 1, "n": len(X), "steps": 1,
+                  "label": "brace (kappa=0), old step-1 certificate (BROKEN on purpose)"}],
+        "private_mechanisms_pass": False, "naive_and_broken_caught": True, "passed": False,
+        "wall_time_s": 0.0,
+    })
+    assert "VIOLATION" in row and "BROKEN on purpose" in row

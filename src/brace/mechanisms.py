@@ -42,6 +42,7 @@ from ._validation import (
     check_rng,
     check_steps,
 )
+from .accounting import calibrate_count, choose_gamma_for_gates
 from .memory import LSRMemory
 from .sensitivity import (
     CleanTrajectoryBound,
@@ -126,6 +127,8 @@ class PrivateRetrievalResult:
     clean : (Q, T+1, d) noiseless trajectory — only when ``return_clean=True``; it is
         **not private** and must not be released.
     queries : (Q, d) the (public) queries.
+    released_counts : (Q, T) int or None — the count release's noisy gate counts
+        ``m̃_t``: part of the DP release (``release="count"`` only).
     """
 
     method: str
@@ -143,6 +146,7 @@ class PrivateRetrievalResult:
     params: dict = field(default_factory=dict)
     clean: np.ndarray | None = None
     queries: np.ndarray | None = None
+    released_counts: np.ndarray | None = None
 
     @property
     def effective_count(self) -> np.ndarray | None:
@@ -173,6 +177,8 @@ class PrivateRetrievalResult:
             "is_private": self.is_private,
             "outputs": plain(self.outputs),
             "queries": plain(self.queries),
+            **({} if self.released_counts is None
+               else {"released_counts": plain(self.released_counts)}),
             "privacy": self.privacy.to_dict(),
             "params": dict(self.params),
         }
@@ -258,6 +264,7 @@ def private_retrieve(
     seed: Any = None,
     noise: Any = None,
     return_clean: bool = False,
+    release: str = "smooth",
 ) -> PrivateRetrievalResult:
     """Release a retrieval trajectory from an LSR memory under (ε, δ)-DP.
 
@@ -281,9 +288,13 @@ def private_retrieve(
         enables the boundary correction, but its certificate (``docs/spec.md`` §5 (b)) grows quickly
         with t; in the synthetic and theory experiments its sensitivity cost exceeded
         its benefit (``docs/experiments.md``).
-    gamma : float or None
-        Smoothness γ of Δ̄ (BRACE). None: the data-independent rule of
-        :func:`brace.accounting.choose_gamma`.
+    gamma : float, None or "gates"
+        Smoothness γ of Δ̄ (BRACE). None: the data-independent fraction-0.9 rule of
+        :func:`brace.accounting.choose_gamma`. ``"gates"``: the data-independent
+        gate-size rule :func:`brace.accounting.choose_gamma_for_gates` (public ε, δ, T, d
+        and n; minimax over gate sizes ``m ≥ 20·log(1/δ)/ε``: within about 2× of the
+        oracle noise at d ≤ 64 where the default rule is up to 40× off;
+        ``docs/utility.md``). The rule used is recorded in ``params["gamma_rule"]``.
     accounting : {"rdp", "paper"}
         How the budget is split over steps (see :mod:`brace.accounting`).
     output_projection : bool, default True
@@ -296,6 +307,14 @@ def private_retrieve(
         the paper's naive-vs-BRACE comparison.
     return_clean : bool
         Also return the noiseless trajectory (NOT private; for evaluation only).
+    release : {"smooth", "count"}, default "smooth"
+        BRACE only. ``"smooth"``: the smooth-sensitivity certificate (Δ̄_t, γ).
+        ``"count"``: the dimension-free count release (``docs/privacy-accounting.md`` §9):
+        each step releases a noisy gate count ``m̃_t`` (pure DP, two-sided geometric), which
+        proposes the public sensitivity ``b_t = 2r/max(m̃_t − margin, 1)``, then adds
+        Gaussian noise of std ``b_t/sqrt(2ρ_G)``; no variance mismatch, so the cost does not
+        grow with d. No boundary correction (κ is ignored). The noisy counts are part of the
+        release (``released_counts``).
 
     Returns
     -------
@@ -319,11 +338,25 @@ def private_retrieve(
     kap = check_nonnegative("kappa", kappa, allow_inf=True)
     if accounting not in ("rdp", "paper"):
         raise ValueError(f"accounting must be 'rdp' or 'paper'; got {accounting!r}.")
+    Q, d = q.shape
+    gamma_rule = "given"
+    if isinstance(gamma, str):
+        if gamma != "gates":
+            raise ValueError(
+                f"gamma must be a number > 0, None (the fraction-0.9 rule) or 'gates' (the "
+                f"gate-size rule); got {gamma!r}."
+            )
+        gamma_rule = "gates"
+        gamma = (choose_gamma_for_gates(eps, dlt, T, dim=d, n=X.shape[0])
+                 if method == "brace" and accounting == "rdp" else None)
+        if method == "brace" and accounting != "rdp":
+            raise ValueError("gamma='gates' is defined for accounting='rdp'.")
+    elif gamma is None:
+        gamma_rule = "fraction-0.9"
     if gamma is not None:
         gamma = check_nonnegative("gamma", gamma)
         if method == "brace" and gamma == 0:
             raise ValueError("gamma must be > 0 for BRACE (γ = 0 is global sensitivity).")
-    Q, d = q.shape
     check_output_size((2, Q, T + 1, d), "the release and its clean trajectory")
     releases = 1 if method == "endpoint" else T
     xi = _check_noise(noise, (Q, releases, d))
@@ -337,15 +370,28 @@ def private_retrieve(
             NotPrivateWarning,
             stacklevel=2,
         )
-    spent = accounting_module_calibrate(
-        eps, dlt, releases, dim=d, gamma=gamma if method == "brace" else 0.0,
-        accounting=accounting, mechanism=method,
-    )
+    if release not in ("smooth", "count"):
+        raise ValueError(f"release must be 'smooth' or 'count'; got {release!r}.")
+    count_noise = None
+    if release == "count":
+        if method != "brace" or accounting != "rdp":
+            raise ValueError("release='count' is a BRACE release with accounting='rdp'; got "
+                             f"method={method!r}, accounting={accounting!r}.")
+        spent = calibrate_count(eps, dlt, T, dim=d)
+        p = math.exp(-spent.eps_count)  # two-sided geometric: P(z) ∝ p^|z|
+        count_noise = rng.geometric(1.0 - p, (Q, T)) - rng.geometric(1.0 - p, (Q, T))
+        gamma_rule = "none (count release)"
+    else:
+        spent = accounting_module_calibrate(
+            eps, dlt, releases, dim=d, gamma=gamma if method == "brace" else 0.0,
+            accounting=accounting, mechanism=method,
+        )
     mult = 1.0 / math.sqrt(2.0 * spent.rho_per_step)
     params = {
         "radius": r,
         "kappa": kap,
         "gamma": spent.gamma,
+        "gamma_rule": gamma_rule if method == "brace" else "none (fixed sensitivity)",
         "steps": T,
         "output_projection": bool(output_projection),
         "seed": seed if isinstance(seed, int | type(None)) else repr(seed),
@@ -356,7 +402,7 @@ def private_retrieve(
     else:
         res = _iterative(
             memory, q, method, T, r, kap, spent, mult, xi, output_projection, params,
-            return_clean,
+            return_clean, count_noise=count_noise,
         )
     return res
 
@@ -493,7 +539,7 @@ def _endpoint(memory, q, T, r, mult, xi, proj, spent, params, return_clean):
 
 def _iterative(
     memory, q, method, T, r, kappa, spent, mult, xi, proj, params, return_clean,
-    history=None, trace=None,
+    history=None, trace=None, count_noise=None,
 ):
     """Run an iterative method. With ``history`` (Q, T+1, d), the released states are
     taken from it instead of being drawn (used to evaluate the certificate along a given
@@ -509,13 +555,14 @@ def _iterative(
     # Public shortcut (``docs/spec.md`` §5): with the projection, ‖q - Y_{t-1}‖ ≤ t r (up to
     # rounding), so the public activation bound is at most b3_max below; if θ exceeds it
     # (κ a hair above (2T+1)²/T), no bank activates.
-    never_activates = not math.isfinite(theta)
+    never_activates = not math.isfinite(theta) or count_noise is not None
     if proj and not never_activates:
         smax = float(np.max(num.slack(qscale + (T + 1) * r)))
         mg = 1.0 + num.norm_margin
         b3_max = T * (r + num.tau + smax) + (T * r + smax) * mg + r + smax
         never_activates = bool(num.down(theta * (1.0 - num.norm_margin)) >= num.up(b3_max))
-    K = n_terms(n, spent.gamma) if brace else 0
+    K = n_terms(n, spent.gamma) if brace and count_noise is None else 0
+    released_counts = None if count_noise is None else np.zeros((Q, T), dtype=np.int64)
     clean_bound = (
         CleanTrajectoryBound(Q, K, num, qscale) if brace and not never_activates else None
     )
@@ -565,7 +612,17 @@ def _iterative(
         yscale = np.abs(y_prev).max(axis=1)
         num.check(yscale, "a released state (the public centre of this step)")
         sig_y = num.slack(yscale)
-        if brace:
+        if brace and count_noise is not None:
+            # count release (docs/privacy-accounting.md §9): public b from the noisy count
+            noisy = m_t + count_noise[:, t - 1]
+            released_counts[:, t - 1] = noisy
+            m_prop = np.maximum(noisy - spent.count_margin, 1)
+            b = np.minimum(fixed_centre_units(m_prop, 0, num, sig_y)[:, 0],
+                           cap_units(num, sig_y))
+            pre = a_t
+            sens = num.value(b)
+            smooth[:, t - 1] = sens
+        elif brace:
             if never_activates:
                 pre = a_t  # H_t = 0; the gate mean already lies in B̄(y_prev, r)
             else:
@@ -630,4 +687,5 @@ def _iterative(
         params=params,
         clean=z if return_clean else None,
         queries=q,
+        released_counts=released_counts,
     )

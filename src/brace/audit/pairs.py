@@ -42,7 +42,11 @@ def candidate_pairs(
 
     Plus ``smooth-bound``: from random replacements inside ``B̄(q, (T+1) r)``, those that
     change the noise scale (``Δ̄_t`` for BRACE) or the pre-noise point the most along
-    the clean history, measured by the symmetric KL divergence of the step Gaussians.
+    the clean history, measured by the symmetric KL divergence of the step Gaussians;
+    and (BRACE) ``scale-ratio``: the replacements that maximise the noise-scale ratio
+    ``max_t |log Δ̄_t(D')/Δ̄_t(D)|`` along the clean history, searched over rows moved
+    exactly onto (and within 1e-15 of) the gate radius around ``q`` and each clean state —
+    the pairs that break a certificate's smoothness (``docs/privacy.md`` §1).
     """
     cfg = config.validated()
     X = check_bank(bank)
@@ -63,6 +67,8 @@ def candidate_pairs(
         cands += _boundary_candidates(X, c, r, T, label, gen)
     if cfg.method != "endpoint":
         cands += _smooth_bound_candidates(X, q, clean, cfg, gen)
+    if cfg.method == "brace":
+        cands += _scale_ratio_candidates(X, q, clean, cfg, gen)
     pairs: list[Pair] = []
     seen: set = set()
     gate_d = int((np.sum((X - q) ** 2, axis=1) <= r * r).sum())
@@ -167,6 +173,43 @@ def _smooth_bound_candidates(X, q, clean, cfg, gen, n_values=12, keep=4):
             if sc[key] > 0:
                 out.append((sc[2], sc[3].copy(), "smooth-bound", "q (clean history)"))
     return out
+
+
+def _on_boundary_values(X, c, r, gen, n_rows=3):
+    """(row, value) with the row moved exactly onto distance ``r`` of ``c`` and 1e-15 inside
+    and outside: the nearest non-members, the farthest row and the outermost members."""
+    dist = np.sqrt(np.sum((X - c) ** 2, axis=1))
+    inside = np.flatnonzero(dist <= r)
+    outside = np.flatnonzero(dist > r)
+    rows = list(outside[np.argsort(dist[outside], kind="stable")][:n_rows])
+    rows += list(inside[np.argsort(-dist[inside], kind="stable")][:n_rows])
+    rows.append(int(np.argmax(dist)))
+    out = []
+    for j in dict.fromkeys(int(j) for j in rows):
+        u = _unit(X[j] - c, gen)
+        for rel in (0.0, -1e-15, 1e-15):
+            out.append((j, c + r * (1.0 + rel) * u))
+    return out
+
+
+def _scale_ratio_candidates(X, q, clean, cfg, gen, keep=4):
+    """Replacements ranked by ``max_t |log Δ̄_t(D')/Δ̄_t(D)|`` along the clean history."""
+    r, T = cfg.radius, cfg.steps
+    gamma = _setup(cfg, q[None]).spent.gamma
+    hist = clean[:T]
+    _, s = _step_gaussians(LSRMemory(X, radius=r), q, hist, cfg, gamma)
+    pool = []
+    for c in clean[:T]:
+        pool += _on_boundary_values(X, c, r, gen)
+    scored = []
+    for j, v in pool:
+        Xp = X.copy()
+        Xp[j] = v
+        _, s_p = _step_gaussians(LSRMemory(Xp, radius=r), q, hist, cfg, gamma)
+        scored.append((float(np.max(np.abs(np.log(s_p / s)))), j, v))
+    scored.sort(key=lambda z: -z[0])
+    return [(j, v.copy(), "scale-ratio", "q (clean history)") for sc, j, v in scored[:keep]
+            if sc > 0]
 
 
 def _replaced(X: np.ndarray, pair: Pair) -> np.ndarray:
