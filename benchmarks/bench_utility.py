@@ -10,12 +10,13 @@ memories (uniform in ``B̄(0, r/2)``; every other row is at least ``20r`` away),
   ``2r/sqrt(2ρ_0)``;
 * the mean final per-coordinate squared error ``‖Y_T − z_T‖²/d``.
 
-Methods: BRACE without correction (κ = ∞) with the default fraction-0.9 γ rule and with
-the gate-size rule (``gamma="gates"``), and global. Targets (``docs/utility.md``): the
-gate-size rule within 2× of the oracle wherever ``m ≥ 20·log(1/δ)/ε``; never more than
-1.05× global.
+Methods: BRACE without correction (κ = ∞) with the default fraction-0.9 γ rule, with
+the gate-size rule (``gamma="gates"``), the count release (``release="count"``), and
+global. Targets (``docs/utility.md``): within 2× of the oracle wherever
+``m ≥ 20·log(1/δ)/ε``; never more than 1.05× global.
 
     python benchmarks/bench_utility.py --quick          # a subset, about a minute
+    python benchmarks/bench_utility.py --medium         # the full grid at T = 3
     python benchmarks/bench_utility.py --out runs/utility   # the full grid
 """
 
@@ -37,6 +38,7 @@ from brace.accounting import calibrate_rho, choose_gamma_for_gates
 FULL = dict(eps=(0.5, 1, 2, 4, 8, 16, 64, 128), dims=(2, 64, 384), gates=(10, 100, 1000, 10000),
             steps=(1, 3, 5))
 QUICK = dict(eps=(1, 4, 8, 128), dims=(2, 64), gates=(100, 1000), steps=(3,))
+MEDIUM = dict(FULL, steps=(3,))
 R, DELTA, N = 0.5, 1e-5, 20_000
 
 
@@ -71,6 +73,7 @@ def run(grid: dict, draws: int, seed: int) -> list[dict]:
                     row["gamma_rule_seconds"] = time.perf_counter() - t0
                     for name, kw in (("brace_default", dict(method="brace", gamma=None)),
                                      ("brace_gates", dict(method="brace", gamma=g_gates)),
+                                     ("brace_count", dict(method="brace", release="count")),
                                      ("global", dict(method="global"))):
                         res = private_retrieve(mem, q, epsilon=eps, delta=DELTA, steps=T,
                                                kappa=math.inf, seed=seed, return_clean=True,
@@ -86,14 +89,16 @@ def run(grid: dict, draws: int, seed: int) -> list[dict]:
                     print(f"eps={eps:<5g} d={d:<3} m={m:<5} T={T}  oracle {oracle:.3g}  "
                           f"default x{row['brace_default_over_oracle']:.2f}  "
                           f"gates x{row['brace_gates_over_oracle']:.2f}  "
-                          f"(vs global {row['brace_gates_over_global']:.3f})", flush=True)
+                          f"count x{row['brace_count_over_oracle']:.2f}  "
+                          f"(vs global: gates {row['brace_gates_over_global']:.3f}, count "
+                          f"{row['brace_count_over_global']:.3f})", flush=True)
     return rows
 
 
 def summarise(rows: list[dict]) -> dict:
     eligible = [r for r in rows if r["gate"] >= r["m_min"]]
     out = {}
-    for name in ("brace_default", "brace_gates"):
+    for name in ("brace_default", "brace_gates", "brace_count"):
         out[name] = dict(
             worst_over_oracle_where_m_ge_m_min=max((r[f"{name}_over_oracle"] for r in eligible),
                                                    default=math.nan),
@@ -119,14 +124,15 @@ def figure(rows: list[dict], path: Path) -> None:
                           and r["steps"] == max(x["steps"] for x in rows if x["dim"] == d)),
                          key=lambda r: r["epsilon"])
             e = [r["epsilon"] for r in sel]
-            ax.plot(e, [r["brace_gates_over_oracle"] for r in sel], "-o", color=c, ms=3,
-                    label=f"gates rule, m={m}")
+            ax.plot(e, [r["brace_count_over_oracle"] for r in sel], "-o", color=c, ms=3,
+                    label=f"count release, m={m}")
+            ax.plot(e, [r["brace_gates_over_oracle"] for r in sel], "--", color=c)
             ax.plot(e, [r["brace_default_over_oracle"] for r in sel], ":", color=c)
         ax.axhline(2, color="k", lw=0.8, ls="--")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("ε")
-        ax.set_title(f"d = {d} (dotted: default rule)")
+        ax.set_title(f"d = {d} (dashed: gates rule, dotted: default)", fontsize=9)
     axes[0][0].set_ylabel("step-1 noise std / oracle")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
@@ -138,14 +144,15 @@ def figure(rows: list[dict], path: Path) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="a subset of the grid")
+    p.add_argument("--quick", action="store_true", help="a small subset of the grid")
+    p.add_argument("--medium", action="store_true", help="the full grid at T = 3 only")
     p.add_argument("--draws", type=int, default=40, help="releases per cell (default 40)")
     p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     p.add_argument("--out", type=Path, default=Path("runs/bench_utility"),
                    help="output directory (default runs/bench_utility)")
     p.add_argument("--threads", type=int, default=1, help="BLAS threads (default 1)")
     a = p.parse_args()
-    grid = QUICK if a.quick else FULL
+    grid = QUICK if a.quick else MEDIUM if a.medium else FULL
     a.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     with threadpool_limits(a.threads):

@@ -904,7 +904,7 @@ def format_spent(spent: PrivacySpent) -> str:
     return str(spent)
 
 
-COUNT_SHARE = 0.1  # default share of the per-step zCDP budget spent on the noisy count
+COUNT_SHARE = 0.09  # default share of the per-step zCDP budget spent on the noisy count
 
 
 def calibrate_count(

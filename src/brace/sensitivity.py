@@ -105,7 +105,10 @@ class Numerics:
         rounding of the projection and of ``a + R``, and the grid.
         """
         scale = np.asarray(scale, dtype=np.float64)
-        mb = np.vectorize(lambda s: mean_rounding_bound(self.n, self.d, self.r, float(s)))(scale)
+        # mean_rounding_bound is affine in the scale: c·(scale + r⁺)
+        c = mean_rounding_bound(self.n, self.d, self.r, 0.0) / (
+            self.r * (1.0 + 4.0 * (self.d + 2) * _U))
+        mb = c * (scale + self.r * (1.0 + 4.0 * (self.d + 2) * _U))
         norms = 8.0 * (self.d + 3) * _U * (2 * self.T + 3) * self.r
         proj = 8.0 * _U * math.sqrt(self.d) * (scale + 3.0 * self.r)
         return 1.001 * (2.0 * mb + self.tau + norms + proj) + 2.0 * self.g
