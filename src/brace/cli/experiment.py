@@ -14,7 +14,7 @@ from ._args import finite_float
 
 __all__ = ["add_parser", "EXPERIMENTS"]
 
-EXPERIMENTS = ("synthetic", "mnist", "coverage", "theory")
+EXPERIMENTS = ("synthetic", "mnist", "coverage", "theory", "switching")
 
 
 def add_parser(sub) -> None:
@@ -26,6 +26,7 @@ def add_parser(sub) -> None:
     _add_mnist(exp_sub)
     _add_coverage(exp_sub)
     _add_theory(exp_sub)
+    _add_switching(exp_sub)
 
 
 # ------------------------------------------------------------------------ synthetic
@@ -212,4 +213,40 @@ def run_theory(args: argparse.Namespace) -> int:
         over["replications"] = args.replications
     cfg = quick_config(**over) if args.quick else dataclasses.replace(TheoryConfig(), **over)
     run_theory(cfg, args.out, items=items, progress=not args.no_progress)
+    return 0
+
+
+# ------------------------------------------------------------------------ switching
+
+
+def _add_switching(sub) -> None:
+    from ..experiments import switching
+
+    p = sub.add_parser(
+        "switching",
+        help="phase diagram of ending in the wrong mode: naive (NOT DP), BRACE κ = ∞ / 0 / "
+        "best, global, over ε, n and the query's distance to the separatrix",
+        description=switching.__doc__.split("\n\n")[0],
+    )
+    d = switching.SwitchingConfig()
+    p.add_argument("--out", default="runs/switching", help="output directory")
+    p.add_argument("--quick", action="store_true",
+                   help="small sizes (2 ε, n = 256, 2 distances, 20 runs)")
+    p.add_argument("--runs", type=int, default=None,
+                   help=f"releases per cell (default {d.runs}; --quick: 20)")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of the noise")
+    p.add_argument("--data-seed", type=int, default=d.data_seed, help="seed of the banks")
+    p.add_argument("--no-progress", action="store_true", help="no progress lines")
+    p.set_defaults(func=run_switching)
+
+
+def run_switching(args: argparse.Namespace) -> int:
+    """Carry out ``brace experiment switching``."""
+    from ..experiments.switching import SwitchingConfig, run_switching
+
+    cfg = SwitchingConfig.quick_config() if args.quick else SwitchingConfig()
+    over: dict[str, Any] = {"seed": args.seed, "data_seed": args.data_seed}
+    if args.runs is not None:
+        over["runs"] = args.runs
+    run_switching(dataclasses.replace(cfg, **over), args.out, progress=not args.no_progress)
     return 0
