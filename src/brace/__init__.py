@@ -1,9 +1,9 @@
 """brace: differentially private retrieval from dense associative memories.
 
-Main entry points: :class:`LSRMemory` / :class:`LSEMemory` (spec §1),
-:func:`private_retrieve` (BRACE and baselines, spec §2–§5),
+Main entry points: :class:`LSRMemory` / :class:`LSEMemory` (``docs/spec.md`` §1),
+:func:`private_retrieve` (BRACE and baselines, ``docs/spec.md`` §2–§5),
 :class:`PrivateMemory` (many queries within one budget, with a persistent ledger),
-:mod:`brace.accounting` (spec §4), :func:`load_result` (saved releases).
+:mod:`brace.accounting` (``docs/spec.md`` §4), :func:`load_result` (saved releases).
 """
 
 from .budget import BudgetExceededError, PrivateMemory  # noqa: E402  (needs mechanisms)

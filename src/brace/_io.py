@@ -160,7 +160,8 @@ def load_npy(path: str | os.PathLike, name: str) -> np.ndarray:
     (:func:`load_csv`), with a clear error message for anything else."""
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"{name} file not found: {p}")
+        raise FileNotFoundError(f"{name} file not found: {p}; pass the path of an existing "
+                                ".npy file.")
     if p.suffix.lower() == ".csv":
         return load_csv(p, name)
     with open(p, "rb") as fh:

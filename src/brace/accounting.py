@@ -12,7 +12,7 @@ The module follows Google ``dp-accounting`` in separating *describing* a release
 * :func:`calibrate` (built on :func:`calibrate_rho` and :func:`choose_gamma`) returns a
   frozen :class:`PrivacySpent` that says what a release spends.
 
-Notation (spec §2, §4). A step releases ``Q + ξ`` with ``ξ ~ N(0, s² I_d)`` and
+Notation (``docs/spec.md`` §2, §4). A step releases ``Q + ξ`` with ``ξ ~ N(0, s² I_d)`` and
 ``s = Δ̄ / sqrt(2ρ)``, where ``Δ̄`` bounds the sensitivity of ``Q``. With a fixed ``Δ̄``
 (γ = 0) this is the Gaussian mechanism, ρ-zCDP (Bun & Steinke 2016, Prop. 1.6) and
 ``(α, αρ)``-RDP for every α > 1 (Mironov 2017, §VI, Table II). With a smooth-sensitivity
@@ -264,7 +264,7 @@ def _smooth_step_rdp(a: np.ndarray, rho: float, gamma: float, dim: int) -> np.nd
 def smooth_gaussian_rdp(
     alpha: float | np.ndarray, rho: float, *, gamma: float = 0.0, dim: int = 1
 ) -> float | np.ndarray:
-    """RDP curve ``ε_step(α)`` of one smooth-sensitivity Gaussian step (spec §4).
+    """RDP curve ``ε_step(α)`` of one smooth-sensitivity Gaussian step (``docs/spec.md`` §4).
 
     The step adds ``N(0, s² I_d)`` with ``s = Δ̄/sqrt(2ρ)``, where ``Δ̄`` is a γ-smooth
     upper bound on the local sensitivity (Nissim, Raskhodnikova & Smith 2007)::
@@ -674,7 +674,10 @@ def _calibrate_rho(epsilon: float, delta: float, steps: int, dim: int, gamma: fl
                 break
             lo = hi
             if not math.isfinite(2.0 * lo):
-                raise ValueError(f"epsilon = {epsilon} is too large to calibrate.")
+                raise ValueError(
+                    f"epsilon = {epsilon} is too large to calibrate: the per-step rho "
+                    "overflows float64. Use a smaller epsilon."
+                )
     else:
         while True:
             lo = hi / 2.0
@@ -684,7 +687,7 @@ def _calibrate_rho(epsilon: float, delta: float, steps: int, dim: int, gamma: fl
             if lo < 1e-300:
                 raise ValueError(
                     f"epsilon = {epsilon} is too small for delta = {delta}: the required "
-                    "rho per step is below 1e-300."
+                    "rho per step is below 1e-300. Use a larger epsilon or delta."
                 )
     while math.log(hi / lo) > _RHO_RTOL:
         mid = math.sqrt(lo * hi)
@@ -721,7 +724,7 @@ def choose_gamma(
 ) -> float:
     """Data-independent smoothness: the largest γ whose calibrated ρ is ≥ ``fraction`` × ρ(γ=0).
 
-    Depends only on the public (ε, δ, T, d, fraction), never on the data (spec §4).
+    Depends only on the public (ε, δ, T, d, fraction), never on the data (``docs/spec.md`` §4).
     Because ``ε(ρ, γ)`` is nondecreasing in both arguments, ``calibrate_rho(γ) ≥ f·ρ_0``
     iff ``ε(f·ρ_0, γ) ≤ ε``, so the rule is a bisection on γ of one accounting call each
     (relative tolerance 1e-7, returning the feasible end).

@@ -1,11 +1,13 @@
-"""Private retrieval: BRACE and its baselines (spec §2, §3; proof in ``docs/privacy.md``).
+"""Private retrieval: BRACE and its baselines (``docs/spec.md`` §2–§3).
+
+The proof is in ``docs/privacy.md``.
 
 ``private_retrieve(memory, queries, method=…)`` releases, for each query ``q``:
 
 =========  ====================================================  ==========================
 method     release                                               noise std per step
 =========  ====================================================  ==========================
-brace      ``Y_t = Π_{B̄(q,(t+1)r)}(Q_t + ξ_t)`` (spec §3)          ``Δ̄_t / sqrt(2ρ_t)``
+brace      ``Y_t = Π_{B̄(q,(t+1)r)}(Q_t + ξ_t)`` (``docs/spec.md`` §3)          ``Δ̄_t / sqrt(2ρ_t)``
 global     ``Y_t = Π(Φ_D(Y_{t-1}) + ξ_t)``                        ``2r / sqrt(2ρ_t)``
 endpoint   ``Y = Π(z_T + ξ)`` (one release)                       ``2Tr / sqrt(2ρ)``
 naive      ``Y_t = Π(Φ_D(Y_{t-1}) + ξ_t)`` — **NOT DP**           ``2r/max(1,m_t) / sqrt(2ρ_t)``
@@ -329,7 +331,7 @@ def private_retrieve(
         corrects; κ = 0 corrects whenever the gates differ. The default is the paper's
         MNIST value: with the output projection and ``κ ≥ (2T+1)²/T`` (T ≤ 7 for 128)
         no step activates and BRACE is smooth-sensitivity private mean shift. Smaller κ
-        enables the boundary correction, but its certificate (spec §5b) grows quickly
+        enables the boundary correction, but its certificate (``docs/spec.md`` §5 (b)) grows quickly
         with t; in the synthetic and theory experiments its sensitivity cost exceeded
         its benefit (``docs/experiments.md``).
     gamma : float, None or "gates"
@@ -382,7 +384,7 @@ def private_retrieve(
     Notes
     -----
     Privacy is per query: each query's release is (ε, δ)-DP with respect to replacing
-    one memory. Answering several queries on the same bank composes (spec §4):
+    one memory. Answering several queries on the same bank composes (``docs/spec.md`` §4):
     ``res.privacy.epsilon_total`` is the ε of the whole call at the same δ, and
     :class:`brace.PrivateMemory` tracks the total over calls against a budget.
     """
@@ -643,7 +645,7 @@ def _iterative(
     num = Numerics(n, d, r, T)
     qscale = np.abs(q).max(axis=1)
     num.check(qscale + (T + 1) * r)
-    # Public shortcut (spec §5 corollary): with the projection, ‖q - Y_{t-1}‖ ≤ t r (up to
+    # Public shortcut (``docs/spec.md`` §5): with the projection, ‖q - Y_{t-1}‖ ≤ t r (up to
     # rounding), so the public activation bound is at most b3_max below; if θ exceeds it
     # (κ a hair above (2T+1)²/T), no bank activates.
     never_activates = not math.isfinite(theta) or count_noise is not None
@@ -692,7 +694,7 @@ def _iterative(
             m_t = gp.counts[:Q]
             gate_clean[:, t - 1] = gp.counts[Q:]
             inter[:, t - 1] = gp.pair_counts
-            R_t = z[:, t] - a_t  # identity R_t = z_t - a_t (spec §3 step 2)
+            R_t = z[:, t] - a_t  # identity R_t = z_t - a_t (``docs/spec.md`` §3 step 2)
             rn = np.linalg.norm(R_t, axis=1)
             rnorm[:, t - 1] = rn
         else:

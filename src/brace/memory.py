@@ -1,6 +1,6 @@
 """Dense associative memories: LSR (log-sum-ReLU / Epanechnikov) and LSE energies.
 
-Spec §1. A bank ``D = (X_1, …, X_n)`` is an ``(n, d)`` float64 array.
+``docs/spec.md`` §1. A bank ``D = (X_1, …, X_n)`` is an ``(n, d)`` float64 array.
 
 * LSR energy, ``β > 0``, support radius ``r = sqrt(2/β)``::
 
@@ -279,7 +279,7 @@ class _MemoryBase:
 
 
 class LSRMemory(_MemoryBase):
-    """Log-sum-ReLU (Epanechnikov) dense associative memory (spec §1).
+    """Log-sum-ReLU (Epanechnikov) dense associative memory (``docs/spec.md`` §1).
 
     Parameters
     ----------
@@ -389,7 +389,7 @@ class LSRMemory(_MemoryBase):
 
 
 class LSEMemory(_MemoryBase):
-    """Log-sum-exp (modern Hopfield) memory, for comparison (spec §1).
+    """Log-sum-exp (modern Hopfield) memory, for comparison (``docs/spec.md`` §1).
 
     ``E_LSE(z) = -(1/β) log Σ_i exp(β zᵀX_i)``; update ``z ← softmax(β X z)ᵀ X``,
     computed with a streaming (blockwise) log-sum-exp, so ``β·‖x‖`` of order 1e3 or

@@ -125,7 +125,10 @@ class Numerics:
                 f"offset) or rescale them."
             )
         if (self.d + 3) * _U * 12.0 > 0.25 * TAU_REL:
-            raise ValueError(f"dimension d = {self.d} is too large for the certificate.")
+            raise ValueError(
+                f"dim must be at most about 10^6 for the certificate's distance margin; "
+                f"got d = {self.d}. Reduce the dimension (e.g. project the bank)."
+            )
 
     def up(self, x: np.ndarray | float) -> np.ndarray:
         """``⌈x / g⌉`` as int64 (an upper bound in grid units; ``x / g`` is exact)."""

@@ -24,7 +24,8 @@ def add_parser(sub) -> None:
     show = lsub.add_parser("show", help="print a ledger or a saved release's spend")
     show.add_argument("file", help="ledger .json, or a saved release .npz/.json")
     show.add_argument("--ledger", default=None,
-                      help="with a saved release: the ledger to price it against (read only)")
+                      help="with a saved release: the ledger to price it against (read "
+                      "only; default: none)")
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(func=run_show)
 

@@ -38,12 +38,14 @@ def add_parser(sub) -> None:
         help="also write/print per-step diagnostics (gate counts, noise std, smooth "
         "sensitivity): data-dependent and NOT covered by epsilon",
     )
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the noise (default: fresh OS entropy, not reproducible)")
     p.add_argument("--ledger", default=None,
                    help="privacy ledger (.json, created if missing): charge the release to "
-                   "its budget; refused if it would exceed it")
+                   "its budget; refused if it would exceed it (default: no ledger)")
     p.add_argument("--budget", type=finite_float, default=None,
-                   help="total epsilon of the ledger (required to create one)")
+                   help="total epsilon of the ledger (no default: required to create one; "
+                   "an existing ledger's budget is read from it)")
     p.add_argument("--budget-delta", type=finite_float, default=None,
                    help="delta of the ledger's budget (default 1e-5 for a new ledger)")
     p.set_defaults(func=run)
