@@ -60,7 +60,8 @@ LOG_FLOOR = float(np.finfo(np.float64).tiny)
 _EPS = float(np.finfo(np.float64).eps)
 _U = _EPS / 2.0  # unit roundoff of float64
 _EPS32 = float(np.finfo(np.float32).eps)
-_BIG32 = 1e30  # squared norms at or above this get an infinite float32 band (recomputed)
+_BIG32 = 1e30  # squared norms at or above this get an infinite band (always recomputed):
+_BIG64 = 1e300  # float32 / float64 tiles
 _BLOCK_ELEMS = 1 << 21  # entries of one (centres × bank-block) distance tile
 _ROW_BLOCK = 2048  # bank rows per tile: fixed, so per-centre sums never depend on batching
 _SPARSE_DENSITY = 0.002  # gate density below which gate rows are gathered, not multiplied
@@ -105,22 +106,24 @@ def mean_rounding_bound(n: int, d: int, radius: float, scale: float) -> float:
 def band_coefficients(dtype: Any, d: int, r2: float) -> tuple[float, float]:
     """``(a, b)``: the expansion's per-row certainty band is ``a·(‖c‖² + ‖X_i‖²) + b``.
 
-    float64 tiles: ``a = 8(d+4)ε``, ``b = 4(d+2)ε r²`` (expansion error plus the direct
-    formula's own error). float32 tiles (docs/scale.md) add the float32 GEMM and
-    elementwise roundings, ``8(d+6)ε₃₂·(‖c‖² + ‖X_i‖²) + 4ε₃₂ r²``.
+    The expansion is one GEMM over ``d + 2`` terms, ``[−2c, 1, ‖c‖² − r²]·[x, ‖x‖², 1]``,
+    whose error is ``≤ γ_{d+2}·(2S + r²)`` plus the roundings of its inputs
+    (``S = ‖c‖² + ‖X_i‖²``; docs/scale.md, "Floating point for float32 banks").
+    float64 tiles: ``a = 8(d+4)ε``, ``b = 4(d+2)ε r²`` (this error plus the direct
+    formula's own, ``(d+2)u·2S``). float32 tiles add ``8(d+6)ε₃₂·S + 4(d+4)ε₃₂·r²``.
     """
     a = 8.0 * (d + 4) * _EPS
     b = 4.0 * (d + 2) * _EPS * r2 + 1e-300
     if np.dtype(dtype) == np.float32:
         a += 8.0 * (d + 6) * _EPS32
-        b += 4.0 * _EPS32 * r2
+        b += 4.0 * (d + 4) * _EPS32 * r2
     return a, b
 
 
 def _tile_dtype(bank_dtype: np.dtype, d: int, r2: float) -> np.dtype:
     """float32 tiles for float32 banks whose rounding analysis applies (docs/scale.md):
-    ``(d + 6)·u₃₂ ≤ 1e-3`` and ``1e-30 ≤ r² ≤ 1e30``; float64 tiles otherwise."""
-    if (bank_dtype == np.float32 and (d + 6) * _EPS32 <= 2e-3 and 1e-30 <= r2 <= _BIG32):
+    ``(d + 6)·ε₃₂ ≤ 2e-3`` and ``1e-30 ≤ r² ≤ 1e28``; float64 tiles otherwise."""
+    if bank_dtype == np.float32 and (d + 6) * _EPS32 <= 2e-3 and 1e-30 <= r2 <= 1e28:
         return np.dtype(np.float32)
     return np.dtype(np.float64)
 
@@ -198,11 +201,18 @@ def gate_pass(
     is fed every row block in order; ``after_block(b0, b1)`` is called after each block
     (memory-mapped banks release its pages there).
     """
+    with np.errstate(over="ignore", invalid="ignore"):  # huge rows: recomputed directly
+        return _gate_pass(bank, bank_sqnorm, centres, radius, pairs, near_centres,
+                          near_radius, near_tolerance, group_size, hasher, after_block)
+
+
+def _gate_pass(bank, bank_sqnorm, centres, radius, pairs, near_centres, near_radius,
+               near_tolerance, group_size, hasher, after_block) -> GatePass:
     n, d = bank.shape
     m = centres.shape[0]
     r2 = radius * radius
     tdt = _tile_dtype(bank.dtype, d, r2)
-    f32 = tdt == np.float32
+    big = _BIG32 if tdt == np.float32 else _BIG64
     csq = np.einsum("ij,ij->i", centres, centres)
     counts = np.zeros(m, dtype=np.int64)
     sums = np.zeros((m, d))
@@ -216,17 +226,19 @@ def gate_pass(
         near_pos[near_centres] = np.arange(near_centres.size)
     ca, cb_ = band_coefficients(tdt, d, r2)
     a_c = ca * csq + cb_  # per-centre part of the band
-    thr = r2 - csq  # ‖X_i - c‖² ≤ r²  ⟺  ‖X_i‖² - 2cᵀX_i - (r² - ‖c‖²) ≤ 0
-    if f32:
-        a_c[csq >= _BIG32] = np.inf
-        Cw = centres.astype(np.float32)
-        thr_w = thr.astype(np.float32)
-    else:
-        Cw, thr_w = centres, thr
+    huge_c = ~(csq < big)  # their band is infinite: always recomputed directly
+    a_c[huge_c] = np.inf
+    # e = d² − r² = [−2c, 1, −(r² − ‖c‖²)] · [x, ‖x‖², 1]: one GEMM in the tile dtype
+    Ca = np.empty((m, d + 2), dtype=tdt)
+    Ca[:, :d] = -2.0 * centres
+    Ca[:, d] = 1.0
+    Ca[:, d + 1] = np.where(huge_c, 0.0, csq - r2)
     cbk = max(1, _BLOCK_ELEMS // _ROW_BLOCK)
     gs = m if group_size is None else max(1, int(group_size))
     chunks = [(g0 + c0, min(g0 + c0 + cbk, g0 + gs, m))
               for g0 in range(0, m, gs) for c0 in range(0, min(gs, m - g0), cbk)]
+    Xa = np.empty((min(n, _ROW_BLOCK), d + 2), dtype=tdt)
+    Xa[:, d + 1] = 1.0
     for b0 in range(0, n, _ROW_BLOCK):
         Xb = bank[b0 : b0 + _ROW_BLOCK]
         if hasher is not None:
@@ -235,28 +247,31 @@ def gate_pass(
         xsq = (_row_sqnorm(Xb) if bank_sqnorm is None
                else bank_sqnorm[b0 : b0 + _ROW_BLOCK])
         b_i = ca * xsq  # per-row part of the band
-        if f32:
-            b_i[xsq >= _BIG32] = np.inf
-            Xw = Xb
-            xsq_w = np.minimum(xsq, _BIG32).astype(np.float32)
-        else:
-            Xw = np.asarray(Xb, dtype=np.float64)
-            xsq_w = xsq
-        X64 = Xw if Xw.dtype == np.float64 else None  # float64 tile, cast on demand
-        bmax = b_i.max(initial=0.0)
+        huge_x = ~(xsq < big)
+        b_i[huge_x] = np.inf
+        huge_rows = np.flatnonzero(huge_x)
+        Xw = Xa[:nb_rows]
+        Xw[:, :d] = Xb
+        Xw[:, d] = np.where(huge_x, 0.0, xsq)
+        X64 = Xb if Xb.dtype == np.float64 else None  # float64 rows, cast on demand
+        bmax = b_i[~huge_x].max(initial=0.0)
         mask = np.empty((m, nb_rows), dtype=bool) if pairs is not None else None
         for c0, c1_ in chunks:
-            # e = d² - r², from the expansion, in the tile dtype
-            e = Cw[c0:c1_] @ Xw.T
-            e *= -2.0
-            e += xsq_w[None, :]
-            e -= thr_w[c0:c1_, None]
-            tband = a_c[c0:c1_] + bmax  # ≥ the band of every row of the tile
-            if f32:
+            e = Ca[c0:c1_] @ Xw.T  # e = d² − r² from the expansion
+            tband = a_c[c0:c1_] + bmax  # ≥ the band of every finite-band row of the tile
+            if tdt == np.float32:
                 tband = (tband * (1.0 + 1e-6)).astype(np.float32)
             mk = e <= 0.0
-            # prefilter: `~(… > …)` also selects NaN (inf − inf at huge coordinates)
-            ci, xi = np.nonzero(~(np.abs(e) > tband[:, None]))
+            # prefilter on the tile band; rows/centres with an infinite band (huge norms,
+            # where the tile may hold inf or NaN) are added explicitly
+            ci, xi = np.nonzero(np.abs(e) <= tband[:, None])
+            hc = np.flatnonzero(huge_c[c0:c1_])
+            if huge_rows.size or hc.size:
+                k = c1_ - c0
+                ci = np.concatenate([ci, np.repeat(np.arange(k), huge_rows.size),
+                                     np.repeat(hc, nb_rows)])
+                xi = np.concatenate([xi, np.tile(huge_rows, k), np.tile(np.arange(nb_rows),
+                                                                         hc.size)])
             if ci.size:
                 own = a_c[c0 + ci] + b_i[xi]  # each candidate's own band
                 unc = ~(np.abs(e[ci, xi].astype(np.float64)) > own)
@@ -267,7 +282,7 @@ def gate_pass(
                     e[ci, xi] = d2 - r2
             if mask is not None:
                 mask[c0:c1_] = mk
-            cnt = mk.sum(axis=1)
+            cnt = np.count_nonzero(mk, axis=1)
             counts[c0:c1_] += cnt
             tot = int(cnt.sum())
             if tot == 0:
