@@ -1,6 +1,7 @@
 """KD-tree gate pass for low-dimensional in-memory banks (docs/scale.md, "Spatial index").
 
-``scipy.spatial.cKDTree.query_ball_point`` with the inflated radius ``r(1 + 1e-9) + s``
+``scipy.spatial.cKDTree`` (a tree over the centres against the bank's tree,
+``sparse_distance_matrix``) with the inflated radius ``r(1 + 1e-9) + s``
 (``s = 1e-150``) is only a candidate filter: any row with ``direct_sqdist(X_i, c) ≤ fl(r²)``
 has exact distance ``≤ r(1 + (d + 3)u)``, far inside the inflated radius whatever the
 tree's own rounding (relative ``O(d u)``, ``d ≤ 8``). Membership is then decided by the
@@ -32,21 +33,18 @@ def _tree(st: Any) -> Any:
     return tree
 
 
-def _ragged(lists: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenated indices and per-centre lengths of ``query_ball_point`` output."""
-    lens = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
-    idx = (np.concatenate([np.asarray(x, dtype=np.int64) for x in lists])
-           if lens.sum() else np.zeros(0, dtype=np.int64))
-    return idx, lens
-
-
 def _candidates(tree: Any, X: np.ndarray, centres: np.ndarray, radius: float, r2: float,
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(owner, row, d²)`` of every row within the inflated radius (direct d², sorted
-    by centre then row)."""
-    lists = tree.query_ball_point(centres, radius * _INFLATE + _SLACK, return_sorted=True)
-    idx, lens = _ragged(lists)
-    owner = np.repeat(np.arange(centres.shape[0]), lens)
+    by centre then row, so a centre's order never depends on the other centres)."""
+    from scipy.spatial import cKDTree
+
+    n = X.shape[0]
+    ct = cKDTree(centres)
+    res = ct.sparse_distance_matrix(tree, radius * _INFLATE + _SLACK, output_type="ndarray")
+    key = res["i"].astype(np.int64) * n + res["j"].astype(np.int64)
+    key.sort()
+    owner, idx = np.divmod(key, n)
     d2 = direct_sqdist(X[idx], centres[owner]) if idx.size else np.zeros(0)
     return owner, idx, d2
 
