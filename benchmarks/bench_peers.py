@@ -136,9 +136,15 @@ def run_peer(peer: str, X: np.ndarray, Y: np.ndarray, r: float, T: int, threads:
     raise ValueError(f"unknown peer {peer!r}")
 
 
+def _sample(proc: Any, peak: list, stop: threading.Event) -> None:
+    """Record the peak RSS of ``proc`` into ``peak[0]`` every 2 ms until ``stop``."""
+    while not stop.is_set():
+        peak[0] = max(peak[0], proc.memory_info().rss)
+        time.sleep(0.002)
+
+
 def _child(args: argparse.Namespace) -> None:
     import psutil
-
     from threadpoolctl import threadpool_limits
 
     X = np.load(args.bank)
@@ -154,12 +160,7 @@ def _child(args: argparse.Namespace) -> None:
             peak = [base]
             stop = threading.Event()
 
-            def sample():
-                while not stop.is_set():
-                    peak[0] = max(peak[0], proc.memory_info().rss)
-                    time.sleep(0.002)
-
-            th = threading.Thread(target=sample, daemon=True)
+            th = threading.Thread(target=_sample, args=(proc, peak, stop), daemon=True)
             th.start()
             t0 = time.perf_counter()
             out = run_peer(args.peer, X, Y, args.radius, args.steps, args.threads)
