@@ -110,13 +110,15 @@ def band_coefficients(dtype: Any, d: int, r2: float) -> tuple[float, float]:
     whose error is ``≤ γ_{d+2}·(2S + r²)`` plus the roundings of its inputs
     (``S = ‖c‖² + ‖X_i‖²``; docs/scale.md, "Floating point for float32 banks").
     float64 tiles: ``a = 8(d+4)ε``, ``b = 4(d+2)ε r²`` (this error plus the direct
-    formula's own, ``(d+2)u·2S``). float32 tiles add ``8(d+6)ε₃₂·S + 4(d+4)ε₃₂·r²``.
+    formula's own, ``(d+2)u·2S``). float32 tiles add ``2(d+4)ε₃₂·S + (d+4)ε₃₂·r²``,
+    twice the proven first-order bound ``1.01(d+4)ε₃₂·S + 0.51(d+4)ε₃₂·r²`` (valid
+    while ``(d+6)ε₃₂ ≤ 2e-3``, see :func:`_tile_dtype`).
     """
     a = 8.0 * (d + 4) * _EPS
     b = 4.0 * (d + 2) * _EPS * r2 + 1e-300
     if np.dtype(dtype) == np.float32:
-        a += 8.0 * (d + 6) * _EPS32
-        b += 4.0 * (d + 4) * _EPS32 * r2
+        a += 2.0 * (d + 4) * _EPS32
+        b += 1.0 * (d + 4) * _EPS32 * r2
     return a, b
 
 
