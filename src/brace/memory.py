@@ -377,7 +377,9 @@ def _mmap_release(X: np.ndarray) -> Any:
     import mmap as _mmap
 
     mm = getattr(X, "_mmap", None)
-    if mm is None or not hasattr(mm, "madvise") or not X.flags.c_contiguous:
+    # only shared mappings: dropping the pages of a private ("c") map would lose edits
+    if mm is None or not hasattr(mm, "madvise") or not X.flags.c_contiguous \
+            or getattr(X, "mode", None) not in ("r", "r+"):
         return None
     try:
         probe = np.frombuffer(mm, dtype=np.uint8)
@@ -699,7 +701,7 @@ class LSRMemory(_MemoryBase):
         S = np.zeros(Y.shape[0])
         cnt = np.zeros(Y.shape[0])
         msum = np.zeros_like(Y)
-        for _, Xb in self._blocks(_block_size(1, self.n_memories)):
+        for _, Xb in self._blocks(row_block(self.dim, 8)):
             X64 = np.asarray(Xb, dtype=np.float64)
             for i in range(Y.shape[0]):  # loop over queries, vectorised over memories
                 d2 = direct_sqdist(X64, Y[i])
@@ -752,7 +754,8 @@ class LSEMemory(_MemoryBase):
         m = np.full(Z.shape[0], -np.inf)
         s = np.zeros(Z.shape[0])
         acc = np.zeros_like(Z) if want_mean else None
-        for _, Xr in self._blocks(_block_size(Z.shape[0], self.n_memories)):
+        step = min(_block_size(Z.shape[0], self.n_memories), row_block(self.dim, 8))
+        for _, Xr in self._blocks(step):
             Xb = np.asarray(Xr, dtype=np.float64)
             logits = beta * (Z @ Xb.T)
             if not np.all(np.isfinite(logits)):
