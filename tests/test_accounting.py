@@ -600,3 +600,36 @@ def test_calibrate_rejects_bad_inputs(kwargs, exc, match):
 def test_functions_reject_bad_inputs(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# ------------------------------------------------------------- the gate-size γ rule
+
+
+def test_gate_factor_closed_form():
+    """Δ̄/(2r/m) = max(1, m·e^{-γ(m-1)}) when K ≥ m − 1 (convex in k: endpoints)."""
+    from brace.accounting import gate_factor
+
+    for g in (0.01, 0.1, 0.5):
+        for m in (1, 2, 10, 100):
+            got = float(gate_factor(g, [m], 1000)[0])
+            assert got == pytest.approx(max(1.0, m * math.exp(-g * (m - 1))), rel=1e-12)
+
+
+def test_gate_rule_is_public_and_meets_the_oracle_target():
+    """ε = 4, T = 2, d = 2 (the issue's first row): within 2× of the oracle noise for every
+    gate m ≥ 20·log(1/δ)/ε = 58, where the fraction rule is 40× off at m = 100."""
+    from brace.accounting import calibrate_rho, choose_gamma_for_gates, gate_factor
+
+    eps, dl, T, d, n = 4.0, 1e-5, 2, 2, 10_000
+    g = choose_gamma_for_gates(eps, dl, T, dim=d, n=n)
+    assert g == choose_gamma_for_gates(eps, dl, T, dim=d, n=n)  # deterministic, memoised
+    rho0 = calibrate_rho(eps, dl, T, dim=d)
+    ratio = gate_factor(g, np.array([58, 100, 1000, 10_000]), n) * math.sqrt(
+        rho0 / calibrate_rho(eps, dl, T, dim=d, gamma=g))
+    assert np.all(ratio <= 2.0), ratio
+    g_old = choose_gamma(eps, dl, T, dim=d)
+    old = float(gate_factor(g_old, [100], n)[0]) * math.sqrt(
+        rho0 / calibrate_rho(eps, dl, T, dim=d, gamma=g_old))
+    assert old > 10 * float(ratio[1])
+    with pytest.raises(ValueError, match="n must be"):
+        choose_gamma_for_gates(eps, dl, T, dim=d, n=0)

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from brace import LSRMemory, private_retrieve
-from brace import audit as A
+from brace import LSRMemory, certificate, private_retrieve
 from brace.audit import (
     AuditConfig,
     audit,
@@ -19,10 +18,13 @@ from brace.audit import (
     clopper_pearson_upper,
     epsilon_lower_bound,
     error_counts,
+    format_report,
     log_likelihood_ratio,
     report_bank,
 )
-from brace.cli import main
+from brace.audit.density import _log_density, _sample, _setup
+from brace.audit.pairs import _replaced
+from brace.mechanisms import global_sensitivity
 
 pytestmark = pytest.mark.filterwarnings("ignore::brace.NotPrivateWarning")
 
@@ -140,7 +142,7 @@ def test_log_density_is_the_samplers_density(bank2, kw):
     density of the very innovations the mechanism drew: Σ_t −‖ξ_t‖²/2 − d·log s_t."""
     X, q = bank2
     cfg = AuditConfig(epsilon=4.0, steps=3, radius=0.5, **kw).validated()
-    setup = A._setup(cfg, q[None])
+    setup = _setup(cfg, q[None])
     rng = np.random.default_rng(3)
     R = setup.releases
     xi = rng.standard_normal((500, R, 2))
@@ -151,7 +153,7 @@ def test_log_density_is_the_samplers_density(bank2, kw):
         noise=cfg.noise_scale_factor * xi,
         gamma=setup.spent.gamma if cfg.method == "brace" else None,
     )
-    got = A._log_density(mem, setup, res.outputs)
+    got = _log_density(mem, setup, res.outputs)
     std = cfg.noise_scale_factor * res.noise_std
     want = (-0.5 * (xi**2).sum(-1) - 2 * np.log(std)).sum(-1)
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-9)
@@ -167,7 +169,10 @@ def test_llr_matches_closed_form_global_one_step(bank1):
     Xp[j] = q - 0.9 * r
     cfg = AuditConfig(method="global", epsilon=1.0, steps=1, radius=r)
     Y = np.linspace(-5, 5, 41).reshape(-1, 1, 1)
-    s = 2 * r / math.sqrt(2 * A._setup(cfg.validated(), q[None]).spent.rho_per_step)
+    # 2r plus the public floating-point slack (docs/privacy.md §8)
+    s = float(global_sensitivity(len(X), r, 1, q[None])[0])
+    assert s == pytest.approx(2 * r, rel=1e-8)
+    s /= math.sqrt(2 * _setup(cfg.validated(), q[None]).spent.rho_per_step)
     mu = X[np.abs(X[:, 0] - q[0]) <= r, 0].mean()
     mu_p = Xp[np.abs(Xp[:, 0] - q[0]) <= r, 0].mean()
     want = ((Y[:, 0, 0] - mu) ** 2 - (Y[:, 0, 0] - mu_p) ** 2) / (2 * s * s)
@@ -182,11 +187,11 @@ def test_llr_change_of_measure_identity(bank2):
     cfg = AuditConfig(method="brace", epsilon=4.0, steps=3, radius=0.5, batch_size=5000)
     pairs = candidate_pairs(X, q, cfg, rng=0)
     pair = next(p for p in pairs if p.kind == "boundary-in" and p.centre == "q")
-    Xp = A._replaced(X, pair)
-    setup = A._setup(cfg.validated(), q[None])
+    Xp = _replaced(X, pair)
+    setup = _setup(cfg.validated(), q[None])
     n = 20_000
     for B, sign in ((X, 1.0), (Xp, -1.0)):
-        Y = A._sample(LSRMemory(B, radius=0.5), setup, n, np.random.default_rng(11))
+        Y = _sample(LSRMemory(B, radius=0.5), setup, n, np.random.default_rng(11))
         w = np.exp(sign * log_likelihood_ratio(X, Xp, q, Y, cfg))
         assert abs(w.mean() - 1.0) < 5 * w.std() / math.sqrt(n) + 1e-3
         assert w.std() > 1e-3  # the pair is not trivial
@@ -203,7 +208,7 @@ def test_candidate_pairs_are_neighbours_of_every_kind(bank1):
     assert {"boundary-out", "boundary-in", "antipodal", "duplicate", "far",
             "smooth-bound"} <= kinds
     for p in pairs:
-        Xp = A._replaced(X, p)
+        Xp = _replaced(X, p)
         assert (np.any(Xp != X, axis=1)).sum() == 1  # exactly one replaced row
         assert np.array_equal(X[p.row], np.array(p.old_value))
     assert any(p.gate_q == (1, 2) for p in pairs)  # naive's noise scale jumps 2r -> r
@@ -350,70 +355,82 @@ def test_input_validation(bank1):
 # ------------------------------------------------------------------ CLI
 
 
-def test_cli_single_audit_writes_json(tmp_path, bank1, capsys):
-    X, q = bank1
-    np.save(tmp_path / "bank.npy", X)
-    np.save(tmp_path / "q.npy", q)
-    out = tmp_path / "res.json"
-    rc = main(["audit", "--bank", str(tmp_path / "bank.npy"), "--query", str(tmp_path / "q.npy"),
-               "--radius", "0.5", "--method", "naive", "--epsilon", "1", "--steps", "1",
-               "--runs", "400", "--screen-runs", "50", "--out", str(out), "--no-progress"])
-    cap = capsys.readouterr()
-    assert rc == 0
-    assert "NOT differentially private" in cap.err
-    res = json.loads(out.read_text())
-    assert res["label"] == "naive (NOT DP)" and res["n_runs_per_side"] == 400
-    rc = main(["audit", "--bank", str(tmp_path / "bank.npy"), "--query", str(tmp_path / "q.npy"),
-               "--radius", "0.5", "--method", "global", "--epsilon", "1", "--steps", "1",
-               "--runs", "400", "--replace-row", "0", "--replace-value", "3.5",
-               "--no-progress"])
-    assert rc == 0
-    assert "given at user" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(
-    ("argv", "match"),
-    [
-        (["audit", "--method", "brace"], "--bank is required"),
-        (["audit", "--report", "--out", "{tmp}/r", "--bank", "x.npy"], "built-in banks"),
-        (["audit", "--report"], "--out"),
-        (["audit", "--bank", "{tmp}/missing.npy", "--query", "{tmp}/missing.npy",
-          "--radius", "1", "--method", "brace", "--epsilon", "1", "--steps", "1"],
-         "not found"),
-        (["audit", "--bank", "{tmp}/b.npy", "--query", "{tmp}/q.npy", "--radius", "1",
-          "--method", "brace", "--epsilon", "1", "--steps", "1", "--replace-row", "0"],
-         "both --replace-row"),
-        (["audit", "--bank", "{tmp}/b.npy", "--query", "{tmp}/q.npy", "--radius", "1",
-          "--method", "brace", "--epsilon", "1", "--steps", "1", "--replace-row", "0",
-          "--replace-value", "a,b"], "comma-separated"),
-        (["audit", "--bank", "{tmp}/b.npy", "--query", "{tmp}/q.npy", "--radius", "1",
-          "--method", "brace", "--epsilon", "1", "--steps", "1", "--out",
-          "{tmp}/b.npy/res.json"], "output directory"),
-    ],
-)
-def test_cli_errors_are_one_line(tmp_path, capsys, argv, match):
-    np.save(tmp_path / "b.npy", np.zeros((3, 1)))
-    np.save(tmp_path / "q.npy", np.zeros(1))
-    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
-    rc = main(argv)
-    err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2
-    assert len(err) == 1 and err[0].startswith("brace: error:") and match in err[0]
-    assert not (tmp_path / "r").exists()
+# ---------------------------------------------------------------- a broken certificate
 
 
-def test_cli_report_small(tmp_path, capsys):
-    out = tmp_path / "rep"
-    rc = main(["audit", "--report", "--runs", "60", "--screen-runs", "20", "--out", str(out),
-               "--no-progress"])
-    cap = capsys.readouterr().out
-    assert rc in (0, 1)  # too few runs to catch the naive baseline: may "fail"
-    rep = json.loads((out / "audit_report.json").read_text())
-    labels = [r["label"] for r in rep["rows"]]
-    assert labels.count("naive (NOT DP)") == 4
-    assert {"brace (kappa=0)", "brace (kappa=128)", "global", "endpoint"} <= set(labels)
-    assert {r["claimed_epsilon"] for r in rep["rows"]} == {1.0, 4.0}
-    assert {r["d"] for r in rep["rows"]} == {1, 2}
-    assert (out / "audit_report.txt").read_text().strip() in cap
-    assert rep["passed"] == (rc == 0)
-    assert sorted(p.name for p in out.iterdir()) == ["audit_report.json", "audit_report.txt"]
+def _old_step1_rule(monkeypatch):
+    """Re-create the step-1 rule before 0.1.1 (advisory BRACE-2026-01): the walk bound with
+    the thin τ-shell around the public query counted in W and no k term."""
+    from brace import memory as memory_mod
+    from brace import sensitivity as S
+
+    ctx = {}
+    real_gate_pass = memory_mod.LSRMemory.gate_pass
+
+    def gate_pass(self, centres, **kw):
+        X, _ = self._bank()
+        r, tau = self.radius_, S.TAU_REL * self.radius_
+        d = np.sqrt(((X[None] - centres[:, None]) ** 2).sum(-1))
+        ctx["shell_in"] = ((d > r - tau) & (d <= r)).sum(1)
+        ctx["shell"] = ((d > r - tau) & (d <= r + tau)).sum(1)
+        return real_gate_pass(self, centres, **kw)
+
+    real_advance = S.CleanTrajectoryBound.advance
+
+    def advance(self, *, clean_counts=None, segments=None):
+        if self.s != 0:
+            return real_advance(self, clean_counts=clean_counts, segments=segments)
+        self.s = 1
+        Q = self.n_queries
+        r = self.num.r
+        k = np.arange(self.K + 1)[None, :]
+        L = (np.asarray(clean_counts) - ctx["shell_in"][Q:])[:, None]
+        W = ctx["shell"][Q:, None]
+        nc = L - k - 1
+        A = np.where(nc >= 1, np.minimum(2 * r, 2 * r * (W + 1) / np.maximum(nc + 1, 1)), 2 * r)
+        self.A = self.num.up(A + self.slack(1)[:, None])
+        return self.A
+
+    monkeypatch.setattr(memory_mod.LSRMemory, "gate_pass", gate_pass)
+    monkeypatch.setattr(S.CleanTrajectoryBound, "advance", advance)
+
+
+def _boundary_bank():
+    return np.concatenate([np.linspace(-0.5, 0.5, 200), [5.0]])[:, None], np.zeros(1)
+
+
+@pytest.mark.slow
+def test_broken_certificate_is_caught_and_the_fixed_one_passes(monkeypatch):
+    """Report row: BRACE (κ = 0, T = 1) with the old step-1 certificate. The pair finder's
+    scale-ratio search finds the far row moved onto the gate boundary (noise scale ×2),
+    and the audit certifies ε_lb above the claimed ε; the fixed certificate passes."""
+    X, q = _boundary_bank()
+    # γ = 0.03 (public, feasible at ε = 1): the smooth max sits at k = 0 on this bank,
+    # so a doubled G(0) doubles the noise scale
+    cfg = AuditConfig(method="brace", epsilon=1.0, steps=1, radius=1.0, kappa=0.0,
+                      gamma=0.03, n_runs=20_000, n_pilot=5_000, n_screen=300, seed=11,
+                      batch_size=20_000)
+    fixed = audit(X, q, cfg)
+    assert fixed.verdict == "pass", str(fixed)
+    with monkeypatch.context() as m:
+        _old_step1_rule(m)
+        pairs = candidate_pairs(X, q, cfg, rng=0)
+        sr = [p for p in pairs if p.kind == "scale-ratio"]
+        assert sr and abs(sr[0].new_value[0]) == 1.0  # a row moved onto the boundary
+        scale = [certificate(LSRMemory(B, radius=1.0), q[None], q[None, None], steps=1,
+                             kappa=0.0, gamma=0.03).noise_scale[0, 0]
+                 for B in (X, _replaced(X, sr[0]))]
+        assert scale[1] / scale[0] > 1.9  # the broken smoothness the search looks for
+        broken = audit(X, q, cfg)
+    assert broken.verdict == "VIOLATION", str(broken)
+    assert broken.epsilon_lb > cfg.epsilon
+    row = format_report({
+        "config": {"delta": cfg.delta, "alpha": cfg.alpha, "radius": cfg.radius},
+        "rows": [{**broken.to_dict(), "d": 1, "n": len(X), "steps": 1,
+                  "label": "brace (kappa=0), old step-1 certificate (BROKEN on purpose)"}],
+        "private_mechanisms_pass": False, "naive_and_broken_caught": True, "passed": False,
+        "wall_time_s": 0.0,
+    })
+    assert "VIOLATION" in row and "BROKEN on purpose" in row

@@ -1,4 +1,5 @@
-"""``brace experiment mnist``: quick end-to-end run, outputs, resume, CLI errors (spec §7)."""
+"""The MNIST experiment: quick end-to-end run, outputs, resume (spec §7); its CLI tests are
+in ``tests/cli/``, the shared ``quick_run`` fixture in ``conftest.py``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import json
 import numpy as np
 import pytest
 
-from brace.cli import main
 from brace.experiments import mnist as mx
 from brace.experiments._common import NOT_DP_LABEL, read_jsonl
 from brace.experiments.mnist import QUICK, MnistConfig, run_mnist
@@ -22,15 +22,6 @@ OUTPUTS = (
     "fig4_reconstructions.png",
     "fig4b_reconstructions_global_best.png",
 )
-
-
-def _data_dir_or_skip():
-    from brace.experiments.mnist_data import find_mnist_dir
-
-    try:
-        return find_mnist_dir()
-    except FileNotFoundError as exc:
-        pytest.skip(f"MNIST test split not available: {exc}")
 
 
 # --------------------------------------------------------------------------- no data needed
@@ -73,34 +64,7 @@ def test_noise_seeds_depend_on_grid_point_not_order():
     assert all(o != e1 for o in others)
 
 
-def test_missing_data_dir_is_one_line_cli_error(tmp_path, capsys):
-    out = tmp_path / "out"
-    rc = main(["experiment", "mnist", "--quick", "--data-dir", str(tmp_path / "nope"),
-               "--out", str(out), "--no-progress"])
-    assert rc == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("brace: error: MNIST test split not found")
-    assert "\n" not in err and "--data-dir" in err and str(tmp_path / "nope") in err
-    assert not out.exists()  # nothing written
-
-
-def test_bad_draws_is_cli_error(tmp_path, capsys):
-    rc = main(["experiment", "mnist", "--quick", "--draws", "0", "--out", str(tmp_path)])
-    assert rc == 2
-    assert "draws" in capsys.readouterr().err
-
-
 # --------------------------------------------------------------------------- quick run
-
-
-@pytest.fixture(scope="module")
-def quick_run(tmp_path_factory):
-    data = _data_dir_or_skip()
-    base = tmp_path_factory.mktemp("mnist")
-    out, cache = base / "out", base / "cache"
-    summary = run_mnist(QUICK, out, data_dir=data, cache_dir=cache, progress=False)
-    return {"out": out, "cache": cache, "data": data, "summary": summary,
-            "bytes": {f: (out / f).read_bytes() for f in OUTPUTS}}
 
 
 @pytest.mark.slow
@@ -255,10 +219,3 @@ def test_foreign_results_file_is_refused(quick_run, tmp_path):
                   cache_dir=quick_run["cache"], progress=False)
 
 
-@pytest.mark.slow
-def test_cli_quick_run(quick_run, tmp_path, capsys):
-    rc = main(["experiment", "mnist", "--quick", "--data-dir", str(quick_run["data"]),
-               "--cache-dir", str(quick_run["cache"]), "--out", str(tmp_path), "--no-progress"])
-    assert rc == 0
-    assert "paper-style" in capsys.readouterr().out
-    assert (tmp_path / "results.jsonl").read_bytes().count(b"\n") == len(mx._grid_keys(QUICK))

@@ -4,7 +4,6 @@ the quick ``brace experiment theory`` run producing every figure and table."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import warnings
 
@@ -13,12 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from brace import LSRMemory, NotPrivateWarning, cli, private_retrieve
+from brace import LSRMemory, NotPrivateWarning, private_retrieve
 from brace.datasets import PAPER_MIXTURE, sample_mixture
 from brace.experiments import theory
-from brace.experiments._common import NOT_DP_LABEL
 from brace.experiments.theory import (
-    ITEMS,
     TheoryConfig,
     activation_check,
     cluster_bank,
@@ -29,14 +26,6 @@ from brace.experiments.theory import (
 )
 
 EPSILONS = (0.01, 128.0, 1e4)  # tiny, the paper's, huge
-
-
-@pytest.fixture
-def main(monkeypatch):
-    """``brace …`` with only the experiment plugins (isolates these tests from the other
-    sub-commands' modules)."""
-    monkeypatch.setattr(cli, "_PLUGIN_COMMANDS", ("brace.experiments.cli",))
-    return cli.main
 
 
 def _bank_and_queries(d: int, n: int = 40, Q: int = 8, seed: int = 0):
@@ -197,7 +186,8 @@ def test_root_n_effective_count_and_noise_recomputation():
     cfg = quick_config(root_n_sizes=(100, 400), root_n_alphas=(0.5,), root_n_replications=30)
     out, raw = theory.run_root_n(cfg, 0)
     for row in out["rows"]:
-        assert row["m_hat_mean_per_step"][0] == pytest.approx(row["m_in_gate"], rel=1e-9)
+        # m̂ = 2r/Δ̄: the public floating-point slack (~1e-9 r) moves it by ~1e-8 relative
+        assert row["m_hat_mean_per_step"][0] == pytest.approx(row["m_in_gate"], rel=1e-6)
         assert row["gate_size_mean_per_step"][0] == row["m_in_gate"]
         assert row["xi_recomputation_mismatch"] <= 1e-9
         assert raw[f"alpha0.5_n{row['n']}"].shape == (30,)
@@ -227,51 +217,6 @@ def test_run_theory_refuses_unknown_items(tmp_path):
     with pytest.raises(ValueError, match="items"):
         run_theory(quick_config(), tmp_path / "x", items=("dimension", "nope"))
     assert not (tmp_path / "x").exists()
-
-
-def test_quick_experiment_produces_every_figure_and_table(tmp_path, capsys, main):
-    out = tmp_path / "theory"
-    rc = main(["experiment", "theory", "--quick", "--out", str(out), "--no-progress"])
-    assert rc == 0
-    text = capsys.readouterr().out
-    assert NOT_DP_LABEL in text
-    for item in ITEMS:
-        png = (out / f"{item}.png").read_bytes()
-        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
-        assert (out / f"{item}.txt").read_text().strip()
-        js = json.loads((out / f"{item}.json").read_text())
-        assert js["item"] == item and js["config"]["quick"] is True
-        assert "numpy" in js["versions"] and js["rows"]
-    for raw in ("activation_raw.npz", "root_n_raw.npz"):
-        with np.load(out / raw) as z:
-            assert len(z.files) > 0
-    summary = json.loads((out / "summary.json").read_text())
-    assert set(summary["items"]) == set(ITEMS)
-    assert (out / "table.txt").read_text().count("\n") > 40
-    assert not list(out.glob(".*.tmp"))
-    items = summary["items"]
-    # every projected run respects (2T+1) r; the activation bound holds on every step
-    for key in ("dimension", "horizon"):
-        for r in items[key]["rows"]:
-            if r["projection"]:
-                assert r["path_bound"]["violations"] == 0
-    assert all(r["violations"] == 0 for r in items["activation"]["rows"])
-    # the paired rows of item 5 are labelled, naive as NOT DP and not private
-    naive = [r for r in items["correction_cost"]["rows"] if r["method"] == "naive"]
-    assert naive and all(r["label"] == NOT_DP_LABEL and not r["private"] for r in naive)
-    assert len(items["root_n"]["fits"]) == 3
-
-
-def test_quick_items_subset_and_cli_error(tmp_path, capsys, main):
-    out = tmp_path / "sub"
-    assert main(["experiment", "theory", "--quick", "--out", str(out), "--items", "root_n",
-                 "--no-progress"]) == 0
-    assert sorted(p.name for p in out.glob("*.png")) == ["root_n.png"]
-    capsys.readouterr()
-    assert main(["experiment", "theory", "--quick", "--out", str(tmp_path / "bad"),
-                 "--replications", "1"]) == 2
-    assert "replications" in capsys.readouterr().err
-    assert not (tmp_path / "bad").exists()
 
 
 def test_quick_run_is_reproducible():

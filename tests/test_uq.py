@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 from brace import LSRMemory, NotPrivateWarning, private_retrieve
-from brace.cli import main
 from brace.datasets import PAPER_MIXTURE, MixtureSpec, sample_mixture
 from brace.experiments.coverage import CoverageConfig, run_coverage
 from brace.uq import (
@@ -374,28 +373,6 @@ def test_result_reports_parts_separately_and_serialises():
 # ------------------------------------------------------------------ CLI
 
 
-def test_cli_uq_writes_regions(tmp_path, capsys):
-    np.save(tmp_path / "bank.npy", sample_mixture(1500, seed=0))
-    np.save(tmp_path / "q.npy", np.array([Q0, [-0.9, 0.1]]))
-    out = tmp_path / "uq.json"
-    rc = main(["uq", "--bank", str(tmp_path / "bank.npy"), "--queries",
-               str(tmp_path / "q.npy"), "--radius", "0.8", "--steps", "2", "--epsilon", "8",
-               "--kappa", "0", "--seed", "1", "--out", str(out)])
-    assert rc == 0
-    text = capsys.readouterr().out
-    assert "bank ±" in text and "population ±" in text and "public bank ±" in text
-    d = json.loads(out.read_text())
-    assert set(d["regions"]) == {"bank", "population"}
-    assert "not_formed" in d["public_regions"]["population"]
-    rc = main(["uq", "--bank", str(tmp_path / "bank.npy"), "--queries",
-               str(tmp_path / "q.npy"), "--radius", "0.8", "--steps", "2", "--epsilon", "8",
-               "--level", "1.2", "--out", str(tmp_path / "bad.json")])
-    assert rc == 2
-    err = capsys.readouterr().err
-    assert err.strip() == "brace: error: level must lie in (0, 1). Found 1.2."
-    assert not (tmp_path / "bad.json").exists()
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("n, n_sim", [(2000, 80), (8000, 40)])
 def test_coverage_of_nominal_95_for_n_at_least_2000(n, n_sim):
@@ -424,12 +401,3 @@ def test_coverage_of_nominal_95_for_n_at_least_2000(n, n_sim):
     assert sim[(1.0, 1)] == sim[(8.0, 1)] == sim[(64.0, 1)] == 0.0 and sim[(1.0, 3)] < 0.1
 
 
-def test_coverage_cli_quick_smoke(tmp_path, capsys):
-    rc = main(["experiment", "coverage", "--quick", "--replications", "4", "--ns", "300",
-               "--epsilons", "8", "--horizons", "1", "2", "--out", str(tmp_path),
-               "--no-progress"])
-    assert rc == 0
-    for f in ("records.jsonl", "summary.json", "table.txt", "coverage_calibration.png",
-              "coverage_widths.png"):
-        assert (tmp_path / f).stat().st_size > 0
-    assert "Coverage of nominal 95%" in capsys.readouterr().out

@@ -46,6 +46,7 @@ only over-state ε, never under-state it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -77,6 +78,7 @@ __all__ = [
     "DpEvent",
     "GaussianStep",
     "SmoothGaussianStep",
+    "CountedGaussianStep",
     "Composed",
     "SelfComposed",
     "UnsupportedEventError",
@@ -85,7 +87,10 @@ __all__ = [
     "epsilon_spent",
     "calibrate_rho",
     "choose_gamma",
+    "choose_gamma_for_gates",
+    "gate_factor",
     "calibrate",
+    "calibrate_count",
     "PrivacySpent",
     "format_spent",
     "ACCOUNTING_RULES",
@@ -404,6 +409,22 @@ class SmoothGaussianStep(DpEvent):
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class CountedGaussianStep(DpEvent):
+    """One step of the count release (``docs/privacy-accounting.md`` §9).
+
+    A noisy gate count ``m̃ = m + Z`` (two-sided geometric, pure ``eps_count``-DP) proposes
+    the sensitivity ``b``; the step then adds Gaussian noise of std ``b/sqrt(2·rho)``.
+    With probability at most ``delta_count`` (per bank) the proposal exceeds the true
+    bound; outside that event the step is ``rho + (eps_count + log(1/(1 − delta_count)))²/2``
+    -zCDP (Bun & Steinke 2016, Prop. 1.4 and §8, approximate zCDP).
+    """
+
+    rho: float
+    eps_count: float
+    delta_count: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Composed(DpEvent):
     """Adaptive composition of several events, in order."""
 
@@ -443,6 +464,7 @@ class RdpAccountant:
         self._ledger: list[DpEvent] = []
         self._rho_fixed = 0.0  # Σ count·ρ over GaussianStep: RDP α·Σρ
         self._smooth: dict[tuple[float, float, int], int] = {}  # (ρ, γ, d) → count
+        self._delta_extra = 0.0  # Σ count·δ of the events that hold except with prob. δ
 
     # One traversal serves both the dry run (supports / validation) and the update,
     # so the two cannot drift apart (as dp_accounting's _maybe_compose).
@@ -460,6 +482,16 @@ class RdpAccountant:
             rho = check_nonnegative("GaussianStep.rho", event.rho)
             if do_compose:
                 self._rho_fixed += count * rho
+            return None
+        if isinstance(event, CountedGaussianStep):
+            rho = check_nonnegative("CountedGaussianStep.rho", event.rho)
+            ec = check_nonnegative("CountedGaussianStep.eps_count", event.eps_count)
+            dc = check_nonnegative("CountedGaussianStep.delta_count", event.delta_count)
+            if not dc < 1.0:
+                return f"CountedGaussianStep.delta_count must be < 1. Found {dc}."
+            if do_compose:
+                self._rho_fixed += count * (rho + 0.5 * (ec + math.log1p(dc / (1.0 - dc))) ** 2)
+                self._delta_extra += count * dc
             return None
         if isinstance(event, SmoothGaussianStep):
             rho = check_nonnegative("SmoothGaussianStep.rho", event.rho)
@@ -511,8 +543,22 @@ class RdpAccountant:
         return float(out[0]) if a.ndim == 0 else out.reshape(a.shape)
 
     def get_epsilon_and_order(self, delta: float) -> tuple[float, float]:
-        """``(ε, α_opt)``: the smallest ε over continuous α, and the order attaining it."""
+        """``(ε, α_opt)``: the smallest ε over continuous α, and the order attaining it.
+
+        Events that hold except with probability ``δ_E`` in total (the count release)
+        are charged as in ``docs/privacy-accounting.md`` §9: the RDP curve is converted at
+        ``δ − δ_E`` and ``log(1/(1 − δ_E))`` is added to ε (``+∞`` if ``δ ≤ δ_E``).
+        """
         dl = check_delta(delta)
+        if self._delta_extra > 0.0:
+            de = self._delta_extra
+            if not dl > de:
+                return math.inf, math.nan
+            eps, alpha = self._conditional_epsilon(dl - de)
+            return eps - math.log1p(-de), alpha
+        return self._conditional_epsilon(dl)
+
+    def _conditional_epsilon(self, dl: float) -> tuple[float, float]:
         if not self._smooth and self._rho_fixed == 0.0:
             return 0.0, math.inf
         return _minimize_conversion(self._curve, self.max_order, dl)
@@ -686,6 +732,90 @@ def _choose_gamma(eps: float, dl: float, t: int, d: int, f: float = 0.9) -> floa
     return lo
 
 
+GATE_RULE_MARGIN = 20.0  # m_min = ceil(20 log(1/δ) / ε): the gates the rule optimises for
+
+
+def gate_factor(gamma: float, m: np.ndarray, n: int) -> np.ndarray:
+    """``Δ̄ / (2r/m)`` of the fixed-centre certificate for a gate of ``m`` memories.
+
+    ``Δ̄ = max(max_{k ≤ K} e^{-γk}·2r/max(m − k, 1), e^{-γ(K+1)}·2r)`` with
+    ``K = min(n − 1, ⌈log n / γ⌉, 4096)`` (``brace.sensitivity``): the factor by which the
+    smooth bound exceeds the oracle ``2r/m`` that knows the gate size. Data independent.
+    """
+    from .sensitivity import n_terms  # deferred: sensitivity imports memory
+
+    m = np.atleast_1d(np.asarray(m, dtype=np.float64))
+    K = n_terms(n, gamma)
+    k = np.arange(K + 1, dtype=np.float64)
+    F = np.exp(-gamma * k)[None, :] / np.maximum(m[:, None] - k[None, :], 1.0)
+    tail = math.exp(-gamma * (K + 1))
+    return m * np.maximum(F.max(axis=1), tail)
+
+
+def choose_gamma_for_gates(
+    epsilon: float, delta: float, steps: int, *, dim: int, n: int,
+    m_min: int | None = None,
+) -> float:
+    """Data-independent γ, near-optimal across gate sizes (``docs/privacy-accounting.md`` §6).
+
+    With ``J(γ, m) = gate_factor(γ, m, n) · sqrt(ρ_0 / ρ(γ))`` — the noise std of BRACE
+    without correction for a gate of ``m`` memories divided by the oracle's
+    ``(2r/m)/sqrt(2ρ_0)``, ``ρ(γ)`` the calibrated per-step ρ (:func:`calibrate_rho`) and
+    ``ρ_0`` its γ = 0 value — the rule is the minimax choice over gate sizes::
+
+        γ* = argmin_γ max_{m ∈ [m_min, n]} J(γ, m),
+
+    over a log grid of 40 values of γ in ``[1e-4, GAMMA_MAX]`` (the feasible ones),
+    refined by a golden-section search between the grid neighbours of the best.
+    ``m_min`` defaults to ``⌈20·log(1/δ)/ε⌉`` (clipped to ``[2, n]``). Depends only on the
+    public ``(ε, δ, T, d, n, m_min)``; memoised.
+    """
+    eps, dl, t, d, _ = _check_common(epsilon, delta, steps, dim, 0.0)
+    nn = check_int_at_least("n", n, 1)
+    if m_min is None:
+        m0 = math.ceil(GATE_RULE_MARGIN * math.log(1.0 / dl) / eps)
+    else:
+        m0 = check_int_at_least("m_min", m_min, 1)
+    m0 = int(min(max(m0, 2), max(nn, 2)))
+    return _gate_rule(eps, dl, t, d, nn, m0)
+
+
+@functools.lru_cache(maxsize=512)
+def _gate_rule(eps: float, dl: float, t: int, d: int, n: int, m0: int) -> float:
+    rho0 = _calibrate_rho(eps, dl, t, d, 0.0)
+    ms = np.unique(np.round(np.geomspace(m0, max(n, m0), 40)))
+
+    def worst(log_g: float) -> float:  # max over gates of noise std / oracle
+        g = math.exp(log_g)
+        try:
+            rho = _calibrate_rho(eps, dl, t, d, g)
+        except ValueError:  # γ infeasible for (ε, δ, T, d)
+            return math.inf
+        return float(gate_factor(g, ms, n).max()) * math.sqrt(rho0 / rho)
+
+    grid = np.linspace(math.log(1e-4), math.log(GAMMA_MAX), 40)
+    vals = []
+    for x in grid:
+        vals.append(worst(float(x)))
+        if not math.isfinite(vals[-1]):  # larger γ are infeasible too
+            break
+    i = int(np.argmin(vals))
+    lo, hi = float(grid[max(i - 1, 0)]), float(grid[min(i + 1, len(vals) - 1)])
+    phi = (math.sqrt(5.0) - 1.0) / 2.0
+    a, b = hi - phi * (hi - lo), lo + phi * (hi - lo)
+    fa, fb = worst(a), worst(b)
+    for _ in range(12):
+        if fa <= fb:
+            hi, b, fb = b, a, fa
+            a = hi - phi * (hi - lo)
+            fa = worst(a)
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + phi * (hi - lo)
+            fb = worst(b)
+    return math.exp(min([(vals[i], float(grid[i])), (fa, a), (fb, b)])[1])
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class PrivacySpent:
     """What a release spends: the calibrated per-step noise and its guarantee.
@@ -709,6 +839,10 @@ class PrivacySpent:
     mechanism: str = ""
     epsilon_rdp: float = math.nan
     alpha_opt: float = math.nan
+    release: str = "smooth"  # "count": noisy-count proposal, fixed Gaussian (§9)
+    eps_count: float = 0.0  # count release: pure DP of each noisy gate count
+    delta_count: float = 0.0  # count release: per-step failure probability of the proposal
+    count_margin: int = 0  # count release: proposal m̃ − margin (a lower bound w.p. ≥ 1 − δ)
 
     @property
     def noise_multiplier(self) -> float:
@@ -722,6 +856,9 @@ class PrivacySpent:
     @property
     def event(self) -> DpEvent:
         """The release described as an event (``steps`` self-composed steps)."""
+        if self.release == "count":
+            step = CountedGaussianStep(self.rho_per_step, self.eps_count, self.delta_count)
+            return SelfComposed(step, self.steps)
         return SelfComposed(_step_event(self.rho_per_step, self.gamma, self.dim), self.steps)
 
     def to_dict(self) -> dict[str, Any]:
@@ -762,6 +899,47 @@ class PrivacySpent:
 def format_spent(spent: PrivacySpent) -> str:
     """The readable multi-line summary printed by ``brace account`` (``str(spent)``)."""
     return str(spent)
+
+
+COUNT_SHARE = 0.09  # default share of the per-step zCDP budget spent on the noisy count
+
+
+def calibrate_count(
+    epsilon: float, delta: float, steps: int, *, dim: int, count_share: float = COUNT_SHARE,
+) -> PrivacySpent:
+    """Calibrate the count release (``docs/privacy-accounting.md`` §9) to a target (ε, δ).
+
+    Half of δ is the proposals' failure probability (``δ/(2T)`` per step), the other half
+    is the conversion's. The per-step zCDP budget ``ρ_s`` is the largest whose ``T``-fold
+    RDP composition converts to ``ε + log(1 − δ/2)`` at ``δ/2``; a share ``count_share`` of
+    it pays for the noisy count, ``(ε_c + log(1/(1 − δ_c)))²/2 = share·ρ_s``, the rest for
+    the Gaussian, ``ρ_G = (1 − share)·ρ_s``. The result is re-checked with the accountant.
+    The margin ``⌈log(1/(δ_c(1 + e^{−ε_c})))/ε_c⌉`` makes ``m̃ − margin`` exceed the gate
+    count with probability at most ``δ_c``. Nothing here depends on ``dim`` (the release is
+    dimension-free); ``dim`` is recorded.
+    """
+    eps, dl, t, d, _ = _check_common(epsilon, delta, steps, dim, 0.0)
+    share = check_positive("count_share", count_share)
+    if not share < 1.0:
+        raise ValueError(f"count_share must lie in (0, 1). Found {share}.")
+    dc = dl / (2.0 * t)
+    target = eps + math.log1p(-dl / 2.0)
+    rho_s = _calibrate_rho(target, dl / 2.0, t, d, 0.0)
+    eps_c = math.sqrt(2.0 * share * rho_s) + math.log1p(-dc)
+    if not eps_c > 0.0:  # pragma: no cover - ρ_s ≫ δ for every supported ε
+        raise ValueError(f"epsilon = {eps} is too small for the count release.")
+    rho_g = (1.0 - share) * rho_s
+    p = math.exp(-eps_c)
+    margin = int(math.ceil(math.log(1.0 / (dc * (1.0 + p))) / eps_c))
+    acc = RdpAccountant().compose(CountedGaussianStep(rho_g, eps_c, dc), t)
+    spent, alpha = acc.get_epsilon_and_order(dl)
+    if not spent <= eps * (1.0 + 1e-9):  # pragma: no cover - re-check, as calibrate_rho
+        raise RuntimeError(f"calibrate_count overspends: epsilon {spent} > target {eps}.")
+    return PrivacySpent(
+        epsilon=eps, delta=dl, steps=t, dim=d, gamma=0.0, rho_per_step=rho_g,
+        accounting="rdp", mechanism="brace", epsilon_rdp=spent, alpha_opt=alpha,
+        release="count", eps_count=eps_c, delta_count=dc, count_margin=margin,
+    )
 
 
 def calibrate(

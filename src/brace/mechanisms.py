@@ -40,13 +40,15 @@ from ._validation import (
     check_rng,
     check_steps,
 )
+from .accounting import calibrate_count, choose_gamma_for_gates
 from .memory import LSRMemory
 from .sensitivity import (
-    TAU_REL,
     CleanTrajectoryBound,
+    Numerics,
     activation_possible,
+    cap_units,
     combine,
-    fixed_centre_bound,
+    fixed_centre_units,
     n_terms,
     smooth_max,
     sorted_segments,
@@ -57,13 +59,18 @@ __all__ = [
     "CertificateTrace",
     "NotPrivateWarning",
     "DIAGNOSTIC_FIELDS",
+    "DEFAULT_KAPPA",
     "PrivateRetrievalResult",
     "certificate",
+    "endpoint_sensitivity",
+    "global_sensitivity",
+    "no_correction_kappa",
     "private_retrieve",
 ]
 
 METHODS = ("brace", "global", "endpoint", "naive")
 PRIVATE_METHODS = ("brace", "global", "endpoint")
+DEFAULT_KAPPA = 128.0  # BRACE activation κ of private_retrieve and of every CLI flag
 
 
 class NotPrivateWarning(UserWarning):
@@ -118,6 +125,8 @@ class PrivateRetrievalResult:
     clean : (Q, T+1, d) noiseless trajectory — only when ``return_clean=True``; it is
         **not private** and must not be released.
     queries : (Q, d) the (public) queries.
+    released_counts : (Q, T) int or None — the count release's noisy gate counts
+        ``m̃_t``: part of the DP release (``release="count"`` only).
     """
 
     method: str
@@ -135,6 +144,7 @@ class PrivateRetrievalResult:
     params: dict = field(default_factory=dict)
     clean: np.ndarray | None = None
     queries: np.ndarray | None = None
+    released_counts: np.ndarray | None = None
 
     @property
     def effective_count(self) -> np.ndarray | None:
@@ -165,6 +175,8 @@ class PrivateRetrievalResult:
             "is_private": self.is_private,
             "outputs": plain(self.outputs),
             "queries": plain(self.queries),
+            **({} if self.released_counts is None
+               else {"released_counts": plain(self.released_counts)}),
             "privacy": self.privacy.to_dict(),
             "params": dict(self.params),
         }
@@ -243,13 +255,14 @@ def private_retrieve(
     epsilon: float,
     delta: float,
     steps: int,
-    kappa: float = 128.0,
+    kappa: float = DEFAULT_KAPPA,
     gamma: float | None = None,
     accounting: str = "rdp",
     output_projection: bool = True,
     seed: Any = None,
     noise: Any = None,
     return_clean: bool = False,
+    release: str = "smooth",
 ) -> PrivateRetrievalResult:
     """Release a retrieval trajectory from an LSR memory under (ε, δ)-DP.
 
@@ -273,9 +286,13 @@ def private_retrieve(
         enables the boundary correction, but its certificate (spec §5b) grows quickly
         with t; in the synthetic and theory experiments its sensitivity cost exceeded
         its benefit (``docs/experiments.md``).
-    gamma : float or None
-        Smoothness γ of Δ̄ (BRACE). None: the data-independent rule of
-        :func:`brace.accounting.choose_gamma`.
+    gamma : float, None or "gates"
+        Smoothness γ of Δ̄ (BRACE). None: the data-independent fraction-0.9 rule of
+        :func:`brace.accounting.choose_gamma`. ``"gates"``: the data-independent
+        gate-size rule :func:`brace.accounting.choose_gamma_for_gates` (public ε, δ, T, d
+        and n; minimax over gate sizes ``m ≥ 20·log(1/δ)/ε``: within about 2× of the
+        oracle noise at d ≤ 64 where the default rule is up to 40× off;
+        ``docs/utility.md``). The rule used is recorded in ``params["gamma_rule"]``.
     accounting : {"rdp", "paper"}
         How the budget is split over steps (see :mod:`brace.accounting`).
     output_projection : bool, default True
@@ -288,6 +305,14 @@ def private_retrieve(
         the paper's naive-vs-BRACE comparison.
     return_clean : bool
         Also return the noiseless trajectory (NOT private; for evaluation only).
+    release : {"smooth", "count"}, default "smooth"
+        BRACE only. ``"smooth"``: the smooth-sensitivity certificate (Δ̄_t, γ).
+        ``"count"``: the dimension-free count release (``docs/privacy-accounting.md`` §9):
+        each step releases a noisy gate count ``m̃_t`` (pure DP, two-sided geometric), which
+        proposes the public sensitivity ``b_t = 2r/max(m̃_t − margin, 1)``, then adds
+        Gaussian noise of std ``b_t/sqrt(2ρ_G)``; no variance mismatch, so the cost does not
+        grow with d. No boundary correction (κ is ignored). The noisy counts are part of the
+        release (``released_counts``).
 
     Returns
     -------
@@ -311,11 +336,25 @@ def private_retrieve(
     kap = check_nonnegative("kappa", kappa, allow_inf=True)
     if accounting not in ("rdp", "paper"):
         raise ValueError(f"accounting must be 'rdp' or 'paper'; got {accounting!r}.")
+    Q, d = q.shape
+    gamma_rule = "given"
+    if isinstance(gamma, str):
+        if gamma != "gates":
+            raise ValueError(
+                f"gamma must be a number > 0, None (the fraction-0.9 rule) or 'gates' (the "
+                f"gate-size rule); got {gamma!r}."
+            )
+        gamma_rule = "gates"
+        gamma = (choose_gamma_for_gates(eps, dlt, T, dim=d, n=X.shape[0])
+                 if method == "brace" and accounting == "rdp" else None)
+        if method == "brace" and accounting != "rdp":
+            raise ValueError("gamma='gates' is defined for accounting='rdp'.")
+    elif gamma is None:
+        gamma_rule = "fraction-0.9"
     if gamma is not None:
         gamma = check_nonnegative("gamma", gamma)
         if method == "brace" and gamma == 0:
             raise ValueError("gamma must be > 0 for BRACE (γ = 0 is global sensitivity).")
-    Q, d = q.shape
     check_output_size((2, Q, T + 1, d), "the release and its clean trajectory")
     releases = 1 if method == "endpoint" else T
     xi = _check_noise(noise, (Q, releases, d))
@@ -329,15 +368,28 @@ def private_retrieve(
             NotPrivateWarning,
             stacklevel=2,
         )
-    spent = accounting_module_calibrate(
-        eps, dlt, releases, dim=d, gamma=gamma if method == "brace" else 0.0,
-        accounting=accounting, mechanism=method,
-    )
+    if release not in ("smooth", "count"):
+        raise ValueError(f"release must be 'smooth' or 'count'; got {release!r}.")
+    count_noise = None
+    if release == "count":
+        if method != "brace" or accounting != "rdp":
+            raise ValueError("release='count' is a BRACE release with accounting='rdp'; got "
+                             f"method={method!r}, accounting={accounting!r}.")
+        spent = calibrate_count(eps, dlt, T, dim=d)
+        p = math.exp(-spent.eps_count)  # two-sided geometric: P(z) ∝ p^|z|
+        count_noise = rng.geometric(1.0 - p, (Q, T)) - rng.geometric(1.0 - p, (Q, T))
+        gamma_rule = "none (count release)"
+    else:
+        spent = accounting_module_calibrate(
+            eps, dlt, releases, dim=d, gamma=gamma if method == "brace" else 0.0,
+            accounting=accounting, mechanism=method,
+        )
     mult = 1.0 / math.sqrt(2.0 * spent.rho_per_step)
     params = {
         "radius": r,
         "kappa": kap,
         "gamma": spent.gamma,
+        "gamma_rule": gamma_rule if method == "brace" else "none (fixed sensitivity)",
         "steps": T,
         "output_projection": bool(output_projection),
         "seed": seed if isinstance(seed, int | type(None)) else repr(seed),
@@ -348,7 +400,7 @@ def private_retrieve(
     else:
         res = _iterative(
             memory, q, method, T, r, kap, spent, mult, xi, output_projection, params,
-            return_clean,
+            return_clean, count_noise=count_noise,
         )
     return res
 
@@ -421,10 +473,45 @@ def accounting_module_calibrate(eps, dlt, steps, *, dim, gamma, accounting, mech
     return _calibrate_cached(eps, dlt, steps, dim, gamma, accounting, mechanism)
 
 
+def no_correction_kappa(steps: int) -> float:
+    """Smallest κ of the form ``(2T+1)²/T·(1 + 10⁻⁶)``: with the output projection no bank
+    can activate the correction, so BRACE is smooth-sensitivity private mean shift.
+
+    In exact arithmetic ``κ ≥ (2T+1)²/T`` suffices (``docs/privacy.md`` §4); the relative
+    ``10⁻⁶`` covers the public rounding slack (§8) for inputs whose slack is below
+    ``10⁻⁷ r`` (every bank within ``~10⁶ r`` of the origin).
+    """
+    T = check_steps(steps)
+    return (2 * T + 1) ** 2 / T * (1.0 + 1e-6)
+
+
+def endpoint_sensitivity(n: int, r: float, T: int, queries: np.ndarray) -> np.ndarray:
+    """Sensitivity of the endpoint release, per query: ``Δ = 2T(r + σ)``.
+
+    Both endpoints lie in ``B̄(q, Tr)``; each computed step adds at most the public
+    rounding slack ``σ`` (``docs/privacy.md`` §8). Refuses coordinates out of range.
+    """
+    q = np.asarray(queries, dtype=np.float64)
+    num = Numerics(n, q.shape[1], r, T)
+    qscale = np.abs(q).max(axis=1)
+    num.check(qscale + (T + 1) * r)
+    return 2.0 * T * (r + num.slack(qscale + T * r))
+
+
+def global_sensitivity(n: int, r: float, T: int, centres: np.ndarray) -> np.ndarray:
+    """Sensitivity of one global-noise step at public centres ``y``: ``2r + σ_y`` (grid-rounded).
+
+    Both gate means lie in ``B̄(y, r)`` up to the public rounding slack ``σ_y``.
+    """
+    y = np.asarray(centres, dtype=np.float64)
+    num = Numerics(n, y.shape[1], r, T)
+    return num.value(cap_units(num, num.slack(np.abs(y).max(axis=1))))
+
+
 def _endpoint(memory, q, T, r, mult, xi, proj, spent, params, return_clean):
     clean = memory.retrieve(q, T)
-    std = 2.0 * T * r * mult
-    y = clean[:, -1] + std * xi[:, 0]
+    std = endpoint_sensitivity(memory.n_memories, r, T, q) * mult
+    y = clean[:, -1] + std[:, None] * xi[:, 0]
     if proj:
         y = _project(y, q, (T + 1) * r)
     Q = q.shape[0]
@@ -433,7 +520,7 @@ def _endpoint(memory, q, T, r, mult, xi, proj, spent, params, return_clean):
         method="endpoint",
         is_private=True,
         outputs=y[:, None, :],
-        noise_std=np.full((Q, 1), std),
+        noise_std=std[:, None],
         smooth_sensitivity=None,
         activated=np.zeros((Q, 1), dtype=bool),
         gate_clean=zeros,
@@ -450,7 +537,7 @@ def _endpoint(memory, q, T, r, mult, xi, proj, spent, params, return_clean):
 
 def _iterative(
     memory, q, method, T, r, kappa, spent, mult, xi, proj, params, return_clean,
-    history=None, trace=None,
+    history=None, trace=None, count_noise=None,
 ):
     """Run an iterative method. With ``history`` (Q, T+1, d), the released states are
     taken from it instead of being drawn (used to evaluate the certificate along a given
@@ -459,12 +546,23 @@ def _iterative(
     n = memory.n_memories
     brace = method == "brace"
     theta = math.sqrt(kappa * T) * r if math.isfinite(kappa) else math.inf
-    # Public shortcut (spec §5 corollary): with the projection, ‖q - Y_{t-1}‖ ≤ t r, so
-    # the public activation bound (2t+1) r ≤ (2T+1) r; if θ ≥ that, no bank activates.
-    never_activates = (not math.isfinite(theta)) or (proj and theta >= (2 * T + 1) * r)
-    K = n_terms(n, spent.gamma) if brace else 0
+    # Floating point (docs/privacy.md §8): public slack per centre, refused out of range.
+    num = Numerics(n, d, r, T)
+    qscale = np.abs(q).max(axis=1)
+    num.check(qscale + (T + 1) * r)
+    # Public shortcut (spec §5 corollary): with the projection, ‖q - Y_{t-1}‖ ≤ t r (up to
+    # rounding), so the public activation bound is at most b3_max below; if θ exceeds it
+    # (κ a hair above (2T+1)²/T), no bank activates.
+    never_activates = not math.isfinite(theta) or count_noise is not None
+    if proj and not never_activates:
+        smax = float(np.max(num.slack(qscale + (T + 1) * r)))
+        mg = 1.0 + num.norm_margin
+        b3_max = T * (r + num.tau + smax) + (T * r + smax) * mg + r + smax
+        never_activates = bool(num.down(theta * (1.0 - num.norm_margin)) >= num.up(b3_max))
+    K = n_terms(n, spent.gamma) if brace and count_noise is None else 0
+    released_counts = None if count_noise is None else np.zeros((Q, T), dtype=np.int64)
     clean_bound = (
-        CleanTrajectoryBound(Q, K, r) if brace and not never_activates else None
+        CleanTrajectoryBound(Q, K, num, qscale) if brace and not never_activates else None
     )
     z = np.empty((Q, T + 1, d))
     z[:, 0] = q
@@ -491,9 +589,9 @@ def _iterative(
                 centres,
                 group_size=Q,  # the released-state group as in a pass of its own
                 pairs=(idx + Q, idx),
-                near_centres=idx + Q if clean_bound is not None else None,
-                near_radius=2.0 * r * (1.0 + 4.0 * TAU_REL),
-                near_tolerance=0.5 * TAU_REL * r,  # rounding below the margin τ
+                near_centres=idx + Q if clean_bound is not None and t > 1 else None,
+                near_radius=2.0 * r + num.tau,
+                near_tolerance=num.near_tolerance,
             )
             means = gp.means(centres)
             a_t = means[:Q]
@@ -509,16 +607,33 @@ def _iterative(
             a_t = gp.means(y_prev)
             m_t = gp.counts
         gate_rel[:, t - 1] = m_t
-        if brace:
+        yscale = np.abs(y_prev).max(axis=1)
+        num.check(yscale, "a released state (the public centre of this step)")
+        sig_y = num.slack(yscale)
+        if brace and count_noise is not None:
+            # count release (docs/privacy-accounting.md §9): public b from the noisy count
+            noisy = m_t + count_noise[:, t - 1]
+            released_counts[:, t - 1] = noisy
+            m_prop = np.maximum(noisy - spent.count_margin, 1)
+            b = np.minimum(fixed_centre_units(m_prop, 0, num, sig_y)[:, 0],
+                           cap_units(num, sig_y))
+            pre = a_t
+            sens = num.value(b)
+            smooth[:, t - 1] = sens
+        elif brace:
             if never_activates:
                 pre = a_t  # H_t = 0; the gate mean already lies in B̄(y_prev, r)
             else:
                 H = rn * rn > kappa * T * r * r
                 activated[:, t - 1] = H
                 pre = _project(a_t + H[:, None] * R_t, y_prev, r)
-            F = fixed_centre_bound(m_t, K, r)
+            F = fixed_centre_units(m_t, K, num, sig_y)
             if clean_bound is not None:
-                A_t = clean_bound.advance(sorted_segments(gp.near_rows, gp.near_dist, Q))
+                if t == 1:  # z_0 = q is public: A_1 is the fixed-centre bound at q
+                    A_t = clean_bound.advance(clean_counts=gp.counts[Q:])
+                else:
+                    A_t = clean_bound.advance(
+                        segments=sorted_segments(gp.near_rows, gp.near_dist, Q))
                 U = activation_possible(
                     F=F,
                     A_t=A_t,
@@ -526,23 +641,27 @@ def _iterative(
                     dist_z_y=np.linalg.norm(z[:, t] - y_prev, axis=1),
                     dist_q_y=np.linalg.norm(q - y_prev, axis=1),
                     t=t,
-                    r=r,
+                    num=num,
+                    slack_y=sig_y,
                     threshold=theta,
                 )
-                G = combine(F, U, A_t, theta, r)
+                G = combine(F, U, A_t, theta, num, sig_y)
             else:
                 G = F
-            sens = smooth_max(G, spent.gamma, r)
+            sens = smooth_max(num.value(G), spent.gamma, num.value(cap_units(num, sig_y)))
             smooth[:, t - 1] = sens
         else:
             pre = a_t
-            sens = np.full(Q, 2.0 * r) if method == "global" else 2.0 * r / np.maximum(m_t, 1)
+            if method == "global":  # 2r, plus the public rounding slack
+                sens = global_sensitivity(n, r, T, y_prev)
+            else:
+                sens = 2.0 * r / np.maximum(m_t, 1)
         s_t = sens * mult
         std[:, t - 1] = s_t
         if trace is not None:
             trace.setdefault("pre_noise", []).append(pre)
             if brace:
-                trace.setdefault("G", []).append(G)
+                trace.setdefault("G", []).append(num.value(G))
         if history is not None:
             Y[:, t] = history[:, t]
             continue
@@ -566,4 +685,5 @@ def _iterative(
         params=params,
         clean=z if return_clean else None,
         queries=q,
+        released_counts=released_counts,
     )

@@ -1,27 +1,31 @@
-"""The smooth-sensitivity certificate of BRACE (spec §5; proof in ``docs/privacy.md``).
+"""The smooth-sensitivity certificate of BRACE (``docs/spec.md`` §5; proof in ``docs/privacy.md``).
 
 At step ``t`` with public history ``y_{<t}`` (centre ``y = Y_{t-1}``) the pre-noise
 output is ``Q_t(D) = Π_{B̄(y, r)}(a_t + H_t R_t)``. This module computes
 
     Δ̄_t(D) = max_{k ≥ 0} e^{-γk} · G_D(k),
 
-where ``G_D(k)`` bounds the local sensitivity of ``Q_t`` at every bank within
-replacement distance ``k`` of ``D`` and is neighbour-consistent,
+where ``G_D(k)`` bounds the local sensitivity of the *computed* ``Q_t`` at every bank
+within replacement distance ``k`` of ``D`` and is neighbour-consistent,
 ``G_{D'}(k) ≤ G_D(k+1)``. Then ``Δ̄_t(D) ≥ LS(D)`` and ``Δ̄_t(D') ≤ e^γ Δ̄_t(D)``
-(Nissim, Raskhodnikova & Smith 2007, Def. 2.1 / Prop. 2.2 style construction).
+(Nissim, Raskhodnikova & Smith 2007).
 
 Pieces, all vectorised over queries (rows) and ``k = 0..K`` (columns):
 
-(a) fixed centre      ``F_D(k) = 2r / max(m - k, 1)``, ``m = |I(D, y)|``;
-(b) clean trajectory  ``A_s(k)``, ``R_s(k) = Σ_{j<k} A_s(j)`` (recursion over s = 1..t,
-                      counts from sorted distances to ``z_{s-1}(D)``);
+(a) fixed centre      ``F_D(k) = 2r / max(m - k, 1) + σ_y``, ``m = |I(D, y)|``;
+(b) clean trajectory  ``A_1 = 2r / max(m_q - k, 1) + σ`` (fixed centre at the public
+                      ``q``), then for ``s ≥ 2`` the walk bound from counts around
+                      ``z_{s-1}(D)``; ``R_s(k) = Σ_{j<k} A_s(j)``;
 (c) activation        ``U_D(k)``: some bank within ``k+1`` might have ``H_t = 1``;
-(d) combination       ``G = F`` if not ``U`` else ``min(2r, max(F, sqrt(κT)·r + A_t))``.
+(d) combination       ``G = F`` if not ``U`` else ``min(cap, max(F, θ⁺ + A_t))``.
 
-Floating point: counts use an additive margin ``τ = TAU_REL · r`` (inner counts shrink,
-annulus counts grow), which keeps both validity and consistency (the margin cancels in
-the consistency argument) and absorbs rounding of directly computed distances; the
-activation test uses a threshold lowered by a relative ``1e-12``. Both only enlarge Δ̄.
+**Floating point is part of the proof** (``docs/privacy.md`` §8). Every bound carries a
+public slack ``σ`` (:meth:`Numerics.slack`) that covers the rounding of computed gate
+means, distances, norms and projections; counts use a margin ``τ``; and every quantity
+that is summed over ``k`` (``A``, ``F``) or compared in the activation test is rounded
+*up* to an integer number of grid units ``g = 2^(⌊log2 r⌋ - 30)``, so that prefix sums
+and the consistency inequalities between them are exact integer arithmetic. The
+supported inputs are stated (and the rest refused) by :meth:`Numerics.check`.
 """
 
 from __future__ import annotations
@@ -31,9 +35,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .memory import mean_rounding_bound
+
 __all__ = [
     "TAU_REL",
     "K_CAP",
+    "GRID_BITS",
+    "SLACK_MAX_REL",
+    "Numerics",
     "n_terms",
     "fixed_centre_bound",
     "count_le",
@@ -43,35 +52,120 @@ __all__ = [
     "activation_possible",
     "combine",
     "smooth_max",
+    "smoothing_rate",
     "CleanTrajectoryBound",
 ]
 
-TAU_REL = 1e-9
-K_CAP = 4096  # columns beyond this are bounded by 2r (valid and consistent; see docs)
+TAU_REL = 1e-9  # count margin τ = TAU_REL · r
+K_CAP = 4096  # columns beyond this are bounded by the cap (valid and consistent; see docs)
+GRID_BITS = 30  # grid g = 2^(⌊log2 r⌋ − GRID_BITS) for the integer sums
+SLACK_MAX_REL = 1e-3  # inputs whose floating-point slack exceeds this · r are refused
+_U = float(np.finfo(np.float64).eps) / 2.0  # unit roundoff
+
+
+@dataclass(frozen=True)
+class Numerics:
+    """Public floating-point constants of one certificate evaluation (``docs/privacy.md`` §8).
+
+    Depends only on public values: the bank size ``n``, the dimension ``d``, the radius
+    ``r`` and the horizon ``T``.
+    """
+
+    n: int
+    d: int
+    r: float
+    T: int
+
+    @property
+    def g(self) -> float:
+        """Grid unit, a power of two: ``x / g`` and ``u · g`` are exact."""
+        return math.ldexp(1.0, math.frexp(self.r)[1] - 1 - GRID_BITS)
+
+    @property
+    def tau(self) -> float:
+        """Margin of the counts; also the tolerance budget of the near distances (τ/4)."""
+        return TAU_REL * self.r
+
+    @property
+    def near_tolerance(self) -> float:
+        """Every near distance is within ``τ/4`` of the exact distance."""
+        return 0.25 * self.tau
+
+    @property
+    def norm_margin(self) -> float:
+        """Relative margin of the activation test (rounding of norms and squares)."""
+        return 1e-12 + 8.0 * (self.d + 2) * _U
+
+    def slack(self, scale: np.ndarray | float) -> np.ndarray:
+        """``σ(scale)``: added to every bound whose means sit at centres ``‖c‖_∞ ≤ scale``.
+
+        ``σ = 2·mean_rounding_bound + τ + 8(d+3)u(2T+3)r + 8u√d(scale + 3r) + 2g``:
+        two computed gate means, twice the near-distance error plus the rounding of the
+        count thresholds (``≤ τ``), the rounding of norms in the activation test, the
+        rounding of the projection and of ``a + R``, and the grid.
+        """
+        scale = np.asarray(scale, dtype=np.float64)
+        mb = np.vectorize(lambda s: mean_rounding_bound(self.n, self.d, self.r, float(s)))(scale)
+        norms = 8.0 * (self.d + 3) * _U * (2 * self.T + 3) * self.r
+        proj = 8.0 * _U * math.sqrt(self.d) * (scale + 3.0 * self.r)
+        return 1.001 * (2.0 * mb + self.tau + norms + proj) + 2.0 * self.g
+
+    def check(self, scale: np.ndarray | float, what: str = "the queries") -> None:
+        """Refuse inputs whose floating-point slack exceeds ``SLACK_MAX_REL · r``."""
+        s = float(np.max(self.slack(scale)))
+        if not s <= SLACK_MAX_REL * self.r:
+            raise ValueError(
+                f"coordinates are too large relative to the radius for float64: the "
+                f"rounding slack of the certificate is {s:.3g} > {SLACK_MAX_REL:g}·r at "
+                f"{what} (max |coordinate| {float(np.max(scale)):.3g}, r = {self.r:.3g}, "
+                f"n = {self.n}). Centre the bank and the queries (subtract a common "
+                f"offset) or rescale them."
+            )
+        if (self.d + 3) * _U * 12.0 > 0.25 * TAU_REL:
+            raise ValueError(f"dimension d = {self.d} is too large for the certificate.")
+
+    def up(self, x: np.ndarray | float) -> np.ndarray:
+        """``⌈x / g⌉`` as int64 (an upper bound in grid units; ``x / g`` is exact)."""
+        return np.ceil(np.asarray(x, dtype=np.float64) / self.g).astype(np.int64)
+
+    def down(self, x: np.ndarray | float) -> np.ndarray:
+        """``⌊x / g⌋`` as int64."""
+        return np.floor(np.asarray(x, dtype=np.float64) / self.g).astype(np.int64)
+
+    def value(self, units: np.ndarray) -> np.ndarray:
+        """Grid units back to a float (exact below ``2^53`` units; monotone always)."""
+        return units.astype(np.float64) * self.g
 
 
 def n_terms(n: int, gamma: float) -> int:
     """Largest ``k`` evaluated, ``K = min(n - 1, ceil(log(n)/γ), K_CAP)``.
 
-    For ``k > ceil(log n / γ)``: ``e^{-γk}·2r < 2r/n ≤ F_D(0) ≤ Δ̄``, so those terms
-    never attain the max. For ``k ≥ n - 1``: ``F_D(k) = 2r = G_D(k)``. Beyond ``K_CAP``
-    the bound ``G ≤ 2r`` is used (see :func:`smooth_max`).
+    For ``k > ceil(log n / γ)`` the weight ``e^{-γk}`` times the cap is below
+    ``2r/n ≤ F_D(0) ≤ Δ̄``, so those terms never attain the max; for ``k ≥ n - 1``,
+    ``F_D(k)`` is at its largest value. Beyond ``K`` the cap is used (see
+    :func:`smooth_max`), which is valid and consistent whatever ``K`` is.
     """
     if gamma <= 0:
-        return max(0, n - 1)
+        return max(0, min(n - 1, K_CAP))
     return int(max(0, min(n - 1, math.ceil(math.log(max(n, 1)) / gamma), K_CAP)))
 
 
 def fixed_centre_bound(m: np.ndarray, K: int, r: float) -> np.ndarray:
-    """(a) ``F_D(k) = 2r / max(m - k, 1)`` for ``k = 0..K``; shape ``(Q, K+1)``.
+    """(a) exact arithmetic: ``2r / max(m - k, 1)`` for ``k = 0..K``; shape ``(Q, K+1)``.
 
     Local sensitivity of the gate mean at a public centre for a bank whose gate has
     ``m_B ≥ m - k`` members: in/in ``≤ 2r/m_B``, removal ``≤ 2r/m_B`` (the removed point
     is within ``2r·(m_B-1)/m_B`` of the mean), addition ``≤ 2r/(m_B+1)``, and
-    ``≤ r`` from/to an empty gate.
+    ``≤ r`` from/to an empty gate. :func:`fixed_centre_units` adds the slack.
     """
     k = np.arange(K + 1)
     return 2.0 * r / np.maximum(np.asarray(m, dtype=np.float64)[:, None] - k[None, :], 1.0)
+
+
+def fixed_centre_units(m: np.ndarray, K: int, num: Numerics, slack: np.ndarray) -> np.ndarray:
+    """``F`` in grid units: ``⌈(2r/max(m − k, 1)·(1 + 4u) + σ) / g⌉``."""
+    F = fixed_centre_bound(m, K, num.r) * (1.0 + 4.0 * _U)
+    return num.up(F + np.asarray(slack, dtype=np.float64).reshape(-1, 1))
 
 
 def sorted_segments(rows: np.ndarray, dist: np.ndarray, n_rows: int) -> list[np.ndarray]:
@@ -90,8 +184,12 @@ def count_le(segments: list[np.ndarray], thresholds: np.ndarray) -> np.ndarray:
 
 
 def prefix_sums(A: np.ndarray) -> np.ndarray:
-    """``P(k) = Σ_{j<k} A(j)`` for ``k = 0..K+1``; shape ``(Q, K+2)``. Never capped."""
-    out = np.zeros((A.shape[0], A.shape[1] + 1))
+    """``P(k) = Σ_{j<k} A(j)`` for ``k = 0..K+1``; shape ``(Q, K+2)``. Never capped.
+
+    On int64 grid units the sums are exact (the bounds of :class:`Numerics` keep them
+    below ``2^63``).
+    """
+    out = np.zeros((A.shape[0], A.shape[1] + 1), dtype=A.dtype)
     np.cumsum(A, axis=1, out=out[:, 1:])
     return out
 
@@ -100,35 +198,43 @@ def clean_step_bound(
     A_prev: np.ndarray,
     segments: list[np.ndarray],
     s: int,
-    r: float,
+    num: Numerics,
+    slack: np.ndarray,
 ) -> np.ndarray:
-    """(b) One step of the clean-trajectory recursion: ``A_s`` from ``A_{s-1}``.
+    """(b) One step ``s ≥ 2`` of the clean-trajectory recursion, in grid units.
 
-    With ``a = A_{s-1}(k)``, ``R = R_{s-1}(k)`` and the distances of ``D``'s rows to
-    ``c = z_{s-1}(D)`` (``segments``, all distances ≤ 2r + τ suffice)::
+    With ``a = A_{s-1}(k)``, ``R = R_{s-1}(k)`` (values of the integer units) and the
+    distances of ``D``'s rows to ``c = z_{s-1}(D)`` (``segments``: every distance ≤ 2r,
+    each within ``τ/4`` of the exact one)::
 
         L   = #{‖X_i - c‖ ≤ r - a - R - τ}
-        W   = #{r - a - R - τ < ‖X_i - c‖ ≤ r + a + R + τ} + k·1{a + R > 0}
+        W   = #{r - a - R - τ < ‖X_i - c‖ ≤ r + a + R + τ} + k
         n_c = L - k - 1
-        A_s(k) = min(2r + a, 2sr, 2(r + a)(W + 1)/(n_c + 1))   if n_c ≥ 1
-                 min(2r + a, 2sr)                               otherwise.
+        cap = min(2(r + τ) + a, 2s(r + τ + σ))
+        A_s(k) = ⌈(min(cap, 2(r + τ + a)(W + 1)/(n_c + 1))·(1 + 8u) + σ) / g⌉  if n_c ≥ 1
+                 ⌈(cap·(1 + 8u) + σ) / g⌉                                    otherwise.
+
+    ``a + R ≥ σ > 0`` at every ``s ≥ 2`` (``A_1 ≥ σ``), so the ``k`` modified rows are
+    always counted: the thin-shell case of the old rule cannot arise.
     """
+    if s < 2:
+        raise ValueError("clean_step_bound is for s >= 2; A_1 is the fixed-centre bound at q.")
     Q, K1 = A_prev.shape
+    r, tau = num.r, num.tau
     k = np.arange(K1)[None, :]
-    a = A_prev
-    R = prefix_sums(A_prev)[:, :K1]
-    tau = TAU_REL * r
-    aR = a + R
+    a = num.value(A_prev)
+    aR = num.value(A_prev + prefix_sums(A_prev)[:, :K1])
     thr_in = r - aR - tau
     thr_out = r + aR + tau
     L = count_le(segments, thr_in)
     L[thr_in < 0] = 0
-    W = count_le(segments, thr_out) - L + k * (aR > 0)
+    W = count_le(segments, thr_out) - L + k
     nc = L - k - 1
-    A = np.minimum(2.0 * r + a, 2.0 * s * r)
-    ok = nc >= 1
-    walk = 2.0 * (r + a) * (W + 1) / np.maximum(nc + 1, 1)
-    return np.where(ok, np.minimum(A, walk), A)
+    sig = np.asarray(slack, dtype=np.float64).reshape(-1, 1)
+    cap = np.minimum(2.0 * (r + tau) + a, 2.0 * s * (r + tau + sig))
+    walk = 2.0 * (r + tau + a) * (W + 1) / np.maximum(nc + 1, 1)
+    A = np.where(nc >= 1, np.minimum(cap, walk), cap)
+    return num.up(A * (1.0 + 8.0 * _U) + sig)
 
 
 def activation_possible(
@@ -139,49 +245,85 @@ def activation_possible(
     dist_z_y: np.ndarray,
     dist_q_y: np.ndarray,
     t: int,
-    r: float,
+    num: Numerics,
+    slack_y: np.ndarray,
     threshold: float,
 ) -> np.ndarray:
     """(c) ``U_D(k)``: can a bank within ``k + 1`` of ``D`` have ``‖z_t - a_t‖ > θ``?
 
-    ``θ = sqrt(κT)·r``. True iff the minimum of three consistent upper bounds on
-    ``‖z_t(B) - a_t(B)‖`` over ``d(B, D) ≤ k + 1`` exceeds ``θ``::
+    ``θ = sqrt(κT)·r``. In grid units (``F``, ``A_t`` are units), true iff the minimum of
+    three consistent upper bounds on ``‖z_t(B) - a_t(B)‖`` over ``d(B, D) ≤ k + 1``
+    exceeds ``⌊θ(1 − margin)/g⌋``::
 
-        ‖z_t(D) - a_t(D)‖ + R_t(k+1) + α(k+1),   α(K) = Σ_{j<K} F_D(j)
-        ‖z_t(D) - y‖      + R_t(k+1) + r
-        t·r + ‖q - y‖ + r                          (public)
+        ⌈‖z_t(D) - a_t(D)‖⁺⌉ + R_t(k+1) + α(k+1),   α(K) = Σ_{j<K} F_D(j)
+        ⌈‖z_t(D) - y‖⁺⌉      + R_t(k+1) + ⌈r + σ_y⌉
+        ⌈t(r + τ + σ_y) + ‖q - y‖⁺ + r + σ_y⌉           (public)
+
+    (``x⁺ = x(1 + margin)`` covers the rounding of the computed norms.)
     """
+    mg = 1.0 + num.norm_margin
+    sy = np.asarray(slack_y, dtype=np.float64)
     Rt = prefix_sums(A_t)[:, 1:]  # R_t(k+1), k = 0..K
     alpha = prefix_sums(F)[:, 1:]
-    b1 = dist_z_a[:, None] + Rt + alpha
-    b2 = dist_z_y[:, None] + Rt + r
-    b3 = (t * r + dist_q_y + r)[:, None]
+    b1 = num.up(dist_z_a * mg)[:, None] + Rt + alpha
+    b2 = num.up(dist_z_y * mg)[:, None] + Rt + num.up(num.r + sy)[:, None]
+    b3 = num.up(t * (num.r + num.tau + sy) + dist_q_y * mg + num.r + sy)[:, None]
     bound = np.minimum(np.minimum(b1, b2), b3)
-    return bound > threshold * (1.0 - 1e-12)
+    return bound > num.down(threshold * (1.0 - num.norm_margin))
 
 
-def combine(F: np.ndarray, U: np.ndarray, A_t: np.ndarray | None, threshold: float, r: float):
-    """(d) ``G = F`` where ``U`` is false, else ``min(2r, max(F, θ + A_t))``."""
+def combine(
+    F: np.ndarray,
+    U: np.ndarray,
+    A_t: np.ndarray | None,
+    threshold: float,
+    num: Numerics,
+    slack_y: np.ndarray,
+) -> np.ndarray:
+    """(d) In grid units: ``G = F`` where ``U`` is false, else ``min(cap, max(F, θ⁺ + A_t))``.
+
+    ``cap = ⌈2r + σ_y⌉`` (both outputs lie in ``B̄(y, r)`` up to rounding),
+    ``θ⁺ = ⌈θ(1 + margin) + σ_y⌉`` (a bank that does not activate has
+    ``‖z_t − a_t‖ ≤ θ(1 + margin)``; ``σ_y`` covers the projection's rounding).
+    """
     if A_t is None or not U.any():
         return F
-    return np.where(U, np.minimum(2.0 * r, np.maximum(F, threshold + A_t)), F)
+    sy = np.asarray(slack_y, dtype=np.float64)
+    cap = cap_units(num, sy)[:, None]
+    th = num.up(threshold * (1.0 + num.norm_margin) + sy)[:, None]
+    return np.where(U, np.minimum(cap, np.maximum(F, th + A_t)), F)
 
 
-def smooth_max(G: np.ndarray, gamma: float, r: float) -> np.ndarray:
-    """``Δ̄ = max(max_{k≤K} e^{-γk} G(k), e^{-γ(K+1)}·2r)``.
+def cap_units(num: Numerics, slack_y: np.ndarray) -> np.ndarray:
+    """``⌈(2r + σ_y)/g⌉``: no output moves by more (both lie in ``B̄(y, r)``)."""
+    return num.up(2.0 * num.r + np.asarray(slack_y, dtype=np.float64))
 
-    The tail term covers every ``k > K`` using only ``G ≤ 2r``; replacing ``G(k)`` by
-    ``2r`` for ``k > K`` keeps the bound valid and consistent.
+
+def smoothing_rate(gamma: float) -> float:
+    """The rate ``γ'`` used in the weights ``e^{-γ'k}``: ``γ − 2·10⁻¹⁵`` (0 if smaller).
+
+    The computed weights and the noise std ``Δ̄·multiplier`` carry a few roundings; a
+    rate this much below γ keeps the realised ratio of noise scales ≤ ``e^γ``.
     """
+    return max(0.0, float(gamma) - 2e-15)
+
+
+def smooth_max(G: np.ndarray, gamma: float, cap: np.ndarray | float) -> np.ndarray:
+    """``Δ̄ = max(max_{k≤K} e^{-γ'k} G(k), e^{-γ'(K+1)}·cap)`` (``G``, ``cap`` as floats).
+
+    The tail term covers every ``k > K`` using only ``G ≤ cap``; replacing ``G(k)`` by
+    the cap for ``k > K`` keeps the bound valid and consistent.
+    """
+    g = smoothing_rate(gamma)
     K1 = G.shape[1]
-    w = np.exp(-gamma * np.arange(K1))
-    tail = math.exp(-gamma * K1) * 2.0 * r
+    w = np.exp(-g * np.arange(K1))
+    tail = math.exp(-g * K1) * np.asarray(cap, dtype=np.float64)
     return np.maximum((G * w[None, :]).max(axis=1), tail)
 
 
 @dataclass
 class CleanTrajectoryBound:
-    """State of recursion (b) across steps: ``A_{s}`` for the last processed ``s``.
+    """State of recursion (b) across steps: ``A_s`` (grid units) for the last processed ``s``.
 
     Depends only on ``D`` and ``q`` (never on the released history), so it is computed
     once per query and reused by every step.
@@ -189,15 +331,30 @@ class CleanTrajectoryBound:
 
     n_queries: int
     K: int
-    r: float
+    num: Numerics
+    query_scale: np.ndarray  # ‖q‖_∞ per query
     s: int = 0
     A: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
-        self.A = np.zeros((self.n_queries, self.K + 1))  # A_0 ≡ 0
+        self.A = np.zeros((self.n_queries, self.K + 1), dtype=np.int64)  # A_0 ≡ 0
 
-    def advance(self, segments: list[np.ndarray]) -> np.ndarray:
-        """Process step ``s + 1`` given sorted distances to ``z_s(D)``; returns ``A_{s+1}``."""
+    def slack(self, s: int) -> np.ndarray:
+        """``σ`` of step ``s``: centres ``z_{s-1}`` satisfy ``‖z_{s-1}‖_∞ ≤ ‖q‖_∞ + 1.01(s−1)r``."""
+        return self.num.slack(self.query_scale + 1.01 * (s - 1) * self.num.r)
+
+    def advance(self, *, clean_counts: np.ndarray | None = None,
+                segments: list[np.ndarray] | None = None) -> np.ndarray:
+        """Process step ``s + 1``; returns ``A_{s+1}`` (grid units).
+
+        Step 1 needs ``clean_counts = |I(D, q)|`` (the centre ``z_0 = q`` is public, so
+        ``A_1`` is the fixed-centre bound there); later steps need ``segments``, the
+        sorted distances to ``z_s(D)``.
+        """
         self.s += 1
-        self.A = clean_step_bound(self.A, segments, self.s, self.r)
+        sig = self.slack(self.s)
+        if self.s == 1:
+            self.A = fixed_centre_units(np.asarray(clean_counts), self.K, self.num, sig)
+        else:
+            self.A = clean_step_bound(self.A, segments, self.s, self.num, sig)
         return self.A

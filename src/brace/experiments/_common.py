@@ -1,18 +1,20 @@
-"""Plumbing shared by the experiments: metadata, atomic JSON-lines, intervals, plotting."""
+"""Plumbing shared by the experiments: atomic JSON-lines, intervals, plotting.
+
+``NOT_DP_LABEL``, ``versions`` and ``metadata`` live in :mod:`brace._meta` and are
+re-exported here.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
-import platform
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .._io import _json_default, atomic_write_text
+from .._meta import NOT_DP_LABEL, metadata, versions
 
 __all__ = [
     "versions",
@@ -23,38 +25,6 @@ __all__ = [
     "pyplot",
     "NOT_DP_LABEL",
 ]
-
-NOT_DP_LABEL = "naive (NOT DP)"
-
-
-def versions() -> dict[str, str]:
-    """Versions of Python and every library an experiment may use."""
-    import numpy
-    import scipy
-
-    from .. import __version__
-
-    out = {
-        "brace-dam": __version__,
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "numpy": numpy.__version__,
-        "scipy": scipy.__version__,
-    }
-    from importlib import metadata as md
-
-    for dist in ("matplotlib", "torch", "tqdm"):  # a fixed list, whatever is imported
-        try:
-            out[dist] = md.version(dist)
-        except md.PackageNotFoundError:
-            out[dist] = None
-    return out
-
-
-def metadata(config: Any) -> dict:
-    """Full config (a dataclass or dict) plus versions, for writing beside results."""
-    cfg = dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config)
-    return {"config": cfg, "versions": versions()}
 
 
 def mean_ci95(values: Any) -> dict[str, float]:

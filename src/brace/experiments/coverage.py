@@ -19,7 +19,6 @@ Defaults: the paper's mixture (spec §7), r = 0.8, q = (0.4, 0.25), BRACE with �
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json
@@ -40,7 +39,7 @@ from ..datasets import PAPER_MIXTURE, MixtureSpec, sample_mixture
 from ..uq import MixturePopulation, analyze, sampling_covariance
 from ._common import NOT_DP_LABEL, append_jsonl, metadata, pyplot, read_jsonl, save_figure
 
-__all__ = ["CoverageConfig", "QUICK", "run_coverage", "coverage_table", "add_parser"]
+__all__ = ["CoverageConfig", "QUICK", "run_coverage", "coverage_table"]
 
 
 @dataclass(frozen=True)
@@ -393,46 +392,3 @@ def _figures(summary: dict, out: Path) -> None:
     axes[0, 0].set_ylabel("half-width (one coordinate)")
     axes[0, -1].legend(fontsize=6)
     save_figure(fig, out / "coverage_widths.png")
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "coverage",
-        help="coverage study of the UQ confidence regions (spec §6)",
-        description=__doc__.split("\n\n")[0],
-    )
-    d = CoverageConfig()
-    p.add_argument("--out", default="runs/coverage", help="output directory")
-    p.add_argument("--quick", action="store_true",
-                   help=f"small smoke run ({QUICK['replications']} banks, n in {QUICK['ns']})")
-    p.add_argument("--replications", type=int, default=None)
-    p.add_argument("--ns", type=int, nargs="+", default=None)
-    p.add_argument("--epsilons", type=float, nargs="+", default=None)
-    p.add_argument("--horizons", type=int, nargs="+", default=None)
-    p.add_argument("--kappa", type=float, default=d.kappa)
-    p.add_argument("--gamma-fraction", type=float, default=d.gamma_fraction,
-                   help="γ = choose_gamma(…, fraction); 0.9 is the library default")
-    p.add_argument("--method", choices=["brace", "global", "endpoint", "naive"],
-                   default=d.method)
-    p.add_argument("--privacy", choices=["auto", "linear", "simulate"], default=d.privacy,
-                   help="privacy part of the UQ (brace.uq.analyze)")
-    p.add_argument("--n-sim", type=int, default=d.n_sim)
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--no-progress", action="store_true")
-    p.set_defaults(func=_cmd)
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    base = dataclasses.replace(CoverageConfig(), **QUICK) if args.quick else CoverageConfig()
-    upd = {k: v for k, v in {
-        "replications": args.replications,
-        "ns": None if args.ns is None else tuple(args.ns),
-        "epsilons": None if args.epsilons is None else tuple(args.epsilons),
-        "horizons": None if args.horizons is None else tuple(args.horizons),
-    }.items() if v is not None}
-    cfg = dataclasses.replace(
-        base, **upd, kappa=args.kappa, gamma_fraction=args.gamma_fraction,
-        method=args.method, seed=args.seed, privacy=args.privacy, n_sim=args.n_sim,
-    )
-    run_coverage(cfg, args.out, progress=not args.no_progress)
-    return 0

@@ -32,7 +32,6 @@ dev-selected global setting).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json
@@ -69,7 +68,6 @@ __all__ = [
     "QUICK",
     "run_mnist",
     "format_tables",
-    "add_parser",
 ]
 
 PAPER_SEED = 20271006  # = brace.experiments.vae.PAPER_SEED (not imported: torch is heavy)
@@ -655,41 +653,3 @@ def _fig4(cfg, summary, feats, queries, path, plt, method) -> None:
         f"T = {T}, ε = {eps:g} (one shared noise draw; number = ‖F − x‖²/d)", fontsize=9)
     fig.tight_layout()
     save_figure(fig, path)
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "mnist",
-        help="corrupted-MNIST retrieval (paper §6.2): full grid, or --quick",
-        description="Corrupted-MNIST retrieval (paper §6.2, spec §7): 2-D VAE+PCA features, "
-        "q = x + 3u, the 48 β × T × ε grid for BRACE, global, endpoint, naive (NOT DP) and "
-        "noiseless; results.jsonl (resumable), tables and Figs. 2-4 in --out.",
-    )
-    p.add_argument("--data-dir", default=None,
-                   help="directory with t10k-images-idx3-ubyte(.gz) and t10k-labels-idx1-ubyte"
-                   "(.gz) (default: $BRACE_MNIST_DIR, else ../shared/data/mnist beside the "
-                   "checkout)")
-    p.add_argument("--out", default="runs/mnist", help="output directory (resumable)")
-    p.add_argument("--quick", action="store_true",
-                   help="tiny VAE, 6 β, T=3, ε=64, R=2 (smoke test, < 2 min)")
-    p.add_argument("--cache-dir", default=None,
-                   help="VAE cache directory (default: $BRACE_CACHE_DIR or ~/.cache/brace)")
-    p.add_argument("--draws", type=int, default=None, metavar="R",
-                   help="noise draws per query (default 10; 2 with --quick)")
-    p.add_argument("--seed", type=int, default=PAPER_SEED,
-                   help="seed of the query corruption and the noise")
-    p.add_argument("--accounting", choices=["rdp", "paper"], default="rdp")
-    p.add_argument("--no-progress", action="store_true")
-    p.set_defaults(func=_cmd)
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    base = QUICK if args.quick else MnistConfig()
-    draws = base.draws if args.draws is None else args.draws
-    cfg = dataclasses.replace(base, draws=draws, seed=args.seed, accounting=args.accounting)
-    run_mnist(cfg, args.out, data_dir=args.data_dir, cache_dir=args.cache_dir,
-              progress=not args.no_progress)
-    return 0

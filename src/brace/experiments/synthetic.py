@@ -15,8 +15,6 @@ n = 256 memories from the three-component mixture of :mod:`brace.datasets`, r = 
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import math
 import sys
 import time
@@ -32,7 +30,7 @@ from .._validation import check_int_at_least, check_rng
 from ..datasets import PAPER_MIXTURE, sample_mixture
 from ._common import NOT_DP_LABEL, mean_ci95, metadata, pyplot, save_figure
 
-__all__ = ["SyntheticConfig", "run_synthetic", "add_parser"]
+__all__ = ["SyntheticConfig", "run_synthetic"]
 
 
 @dataclass(frozen=True)
@@ -237,33 +235,3 @@ def _figures(out: dict, X: np.ndarray, out_dir: Path) -> None:
     ax.set_title("Per-step error (highlighted run)")
     ax.legend(fontsize=8)
     save_figure(fig, out_dir / "fig1_errors.png")
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "synthetic",
-        help="synthetic boundary switching (paper §6.1); the README's main job",
-        description=__doc__.split("\n\n")[0],
-    )
-    d = SyntheticConfig()
-    p.add_argument("--out", default="runs/synthetic", help="output directory")
-    p.add_argument("--replications", type=int, default=d.replications)
-    p.add_argument("--candidates", type=int, default=d.candidates)
-    p.add_argument("--epsilon", type=float, default=d.epsilon)
-    p.add_argument("--delta", type=float, default=d.delta)
-    p.add_argument("--kappa", type=float, default=d.kappa, help="κ of the highlighted run")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--data-seed", type=int, default=d.data_seed)
-    p.add_argument("--accounting", choices=["rdp", "paper"], default=d.accounting)
-    p.add_argument("--no-progress", action="store_true")
-    p.set_defaults(func=_cmd)
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    cfg = dataclasses.replace(
-        SyntheticConfig(), replications=args.replications, candidates=args.candidates,
-        epsilon=args.epsilon, delta=args.delta, kappa=args.kappa, seed=args.seed,
-        data_seed=args.data_seed, accounting=args.accounting,
-    )
-    run_synthetic(cfg, args.out, progress=not args.no_progress)
-    return 0

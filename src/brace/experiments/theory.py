@@ -30,8 +30,6 @@ items ran.
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import math
 import sys
 import time
@@ -53,6 +51,7 @@ from .._validation import (
     check_rng,
 )
 from ..datasets import PAPER_MIXTURE, MixtureSpec, sample_mixture
+from ..mechanisms import no_correction_kappa
 from ._common import NOT_DP_LABEL, mean_ci95, metadata, pyplot, save_figure
 
 __all__ = [
@@ -66,7 +65,6 @@ __all__ = [
     "ActivationCheck",
     "activation_check",
     "run_theory",
-    "add_parser",
 ]
 
 ITEMS = ("dimension", "horizon", "activation", "root_n", "correction_cost")
@@ -124,9 +122,8 @@ class TheoryConfig:
 
     @property
     def kappa_max(self) -> float:
-        """``(2T+1)²/T``: with the projection, no bank activates at or above it (spec §5)."""
-        T = self.steps
-        return (2 * T + 1) ** 2 / T
+        """``(2T+1)²/T`` (a hair above, for rounding): with the projection no bank activates."""
+        return no_correction_kappa(self.steps)
 
     def activation_grid(self) -> tuple:
         if self.activation_kappas is not None:
@@ -443,7 +440,7 @@ def run_dimension(cfg: TheoryConfig, seed: Any) -> dict:
         clean = mem.retrieve(q, T)
         xi = rng.standard_normal((Q, T, d))  # shared by every method and projection flag
         for label, m, k in _VARIANTS:
-            kappa = (2 * T + 1) ** 2 / T if k == "max" else k
+            kappa = no_correction_kappa(T) if k == "max" else k
             for proj in (True, False):
                 res = _retrieve(mem, q, m, cfg, kappa=kappa, gamma=None,
                                 output_projection=proj, noise=xi[:, -1:] if m == "endpoint"
@@ -466,7 +463,7 @@ def run_horizon(cfg: TheoryConfig, seed: Any) -> dict:
         clean = mem.retrieve(q, T)
         xi = rng.standard_normal((Q, T, d))
         for label, m, k in _VARIANTS:
-            kappa = (2 * T + 1) ** 2 / T if k == "max" else k
+            kappa = no_correction_kappa(T) if k == "max" else k
             for proj in (True, False):
                 res = _retrieve(mem, q, m, cfg, steps=T, kappa=kappa, gamma=None,
                                 output_projection=proj,
@@ -596,7 +593,7 @@ def run_correction_cost(cfg: TheoryConfig, seed: Any) -> dict:
         "near memories": _queries_near_memories(X, Q, 0.35, rng),
         "between modes": rng.uniform((-0.6, -0.3), (0.6, 0.3), (Q, 2)),
     }
-    kmax = (2 * T + 1) ** 2 / T
+    kmax = no_correction_kappa(T)
     rows = []
     for name, q in qsets.items():
         clean = mem.retrieve(q, T)
@@ -1030,38 +1027,3 @@ _FIGURES = {
     "root_n": _fig_root_n,
     "correction_cost": _fig_cost,
 }
-
-
-# ---------------------------------------------------------------------------- CLI
-
-
-def add_parser(sub) -> None:
-    """Register ``brace experiment theory``."""
-    p = sub.add_parser(
-        "theory",
-        help="numerical checks of the paper's theory (paper §5): dimension, horizon, "
-        "activation bound, root-n transition, cost of correction",
-        description=__doc__.split("\n\n")[0],
-    )
-    d = TheoryConfig()
-    p.add_argument("--out", default="runs/theory", help="output directory")
-    p.add_argument("--quick", action="store_true",
-                   help="small sizes (every figure and table, under a minute)")
-    p.add_argument("--items", default=",".join(ITEMS),
-                   help=f"comma-separated subset of {','.join(ITEMS)}")
-    p.add_argument("--replications", type=int, default=None,
-                   help=f"queries per cell for items 1-3 (default {d.replications})")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--data-seed", type=int, default=d.data_seed)
-    p.add_argument("--no-progress", action="store_true")
-    p.set_defaults(func=_cmd)
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    items = tuple(s.strip() for s in args.items.split(",") if s.strip())
-    over: dict[str, Any] = {"seed": args.seed, "data_seed": args.data_seed}
-    if args.replications is not None:
-        over["replications"] = args.replications
-    cfg = quick_config(**over) if args.quick else dataclasses.replace(TheoryConfig(), **over)
-    run_theory(cfg, args.out, items=items, progress=not args.no_progress)
-    return 0

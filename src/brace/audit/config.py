@@ -1,0 +1,141 @@
+"""What to audit: :class:`AuditConfig` (mechanism, claim, run counts) and the query."""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import accounting as _accounting
+from .._meta import NOT_DP_LABEL
+from .._validation import (
+    check_delta,
+    check_epsilon,
+    check_int_at_least,
+    check_nonnegative,
+    check_positive,
+    check_queries,
+    check_radius_beta,
+    check_steps,
+)
+from ..mechanisms import DEFAULT_KAPPA, METHODS, PRIVATE_METHODS
+from ._format import _fmt_num
+from .stats import _check_alpha
+
+__all__ = ["AuditConfig"]
+
+@dataclass(frozen=True)
+class AuditConfig:
+    """What is audited, and how many runs.
+
+    Mechanism: ``method, epsilon, delta, steps, radius, kappa, gamma, accounting`` as in
+    :func:`brace.private_retrieve` (``gamma=None``: the data-independent rule).
+    ``noise_scale_factor`` multiplies the noise std of the mechanism **and** of the
+    density model (an honest model of a deliberately broken mechanism; 1 = the real
+    one, 0.5 = "noise std halved"). Sample sizes are per bank: ``n_screen`` per
+    candidate pair, ``n_pilot`` per finalist (default ``n_runs // 4``), ``n_runs`` fresh
+    runs per certified pair. ``n_finalists`` pairs get pilot runs, the best
+    ``n_certify`` are certified (Bonferroni over them) with ``n_thresholds`` thresholds
+    each. ``alpha``: the bound holds with probability ``≥ 1 − α``.
+    """
+
+    method: str = "brace"
+    epsilon: float = 1.0
+    delta: float = 1e-5
+    steps: int = 2
+    radius: float = 0.5
+    kappa: float = DEFAULT_KAPPA  # the library default of private_retrieve
+    gamma: float | None = None
+    accounting: str = "rdp"
+    noise_scale_factor: float = 1.0
+    n_runs: int = 50_000
+    n_pilot: int | None = None
+    n_screen: int = 1_000
+    n_finalists: int = 3
+    n_certify: int = 1
+    n_thresholds: int = 4
+    max_candidates: int = 64
+    alpha: float = 0.05
+    seed: int | None = 0
+    batch_size: int = 20_000
+
+    def validated(self) -> AuditConfig:
+        """A copy with every field checked (clear ValueError/TypeError otherwise)."""
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}; got {self.method!r}.")
+        if self.accounting not in _accounting.ACCOUNTING_RULES:
+            raise ValueError(
+                f"accounting must be one of {_accounting.ACCOUNTING_RULES}; "
+                f"got {self.accounting!r}."
+            )
+        gamma = self.gamma
+        if gamma is not None:
+            gamma = check_nonnegative("gamma", gamma)
+            if self.method == "brace" and gamma == 0:
+                raise ValueError("gamma must be > 0 for BRACE (γ = 0 is global sensitivity).")
+        n_runs = check_int_at_least("n_runs", self.n_runs, 10)
+        if self.n_pilot is None:
+            n_pilot = max(n_runs // 4, 10)
+        else:
+            n_pilot = check_int_at_least("n_pilot", self.n_pilot, 10)
+        n_finalists = check_int_at_least("n_finalists", self.n_finalists, 1)
+        n_certify = check_int_at_least("n_certify", self.n_certify, 1)
+        if n_certify > n_finalists:
+            raise ValueError(
+                f"n_certify ({n_certify}) must not exceed n_finalists ({n_finalists})."
+            )
+        seed = self.seed
+        if seed is not None:
+            if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+                raise TypeError(f"seed must be None or an int. Found {seed!r}.")
+            if int(seed) < 0:
+                raise ValueError(f"seed must be >= 0. Found {seed}.")
+            seed = int(seed)
+        return dataclasses.replace(
+            self,
+            epsilon=check_epsilon(self.epsilon),
+            delta=check_delta(self.delta),
+            steps=check_steps(self.steps),
+            radius=check_radius_beta(None, self.radius),
+            kappa=check_nonnegative("kappa", self.kappa, allow_inf=True),
+            gamma=gamma,
+            noise_scale_factor=check_positive("noise_scale_factor", self.noise_scale_factor),
+            n_runs=n_runs,
+            n_pilot=n_pilot,
+            n_screen=check_int_at_least("n_screen", self.n_screen, 10),
+            n_finalists=n_finalists,
+            n_certify=n_certify,
+            n_thresholds=check_int_at_least("n_thresholds", self.n_thresholds, 1),
+            max_candidates=check_int_at_least("max_candidates", self.max_candidates, 1),
+            alpha=_check_alpha(self.alpha),
+            seed=seed,
+            batch_size=check_int_at_least("batch_size", self.batch_size, 1),
+        )
+
+    @property
+    def label(self) -> str:
+        """Name for tables: ``naive (NOT DP)`` for the naive baseline."""
+        if self.method == "naive":
+            base = NOT_DP_LABEL
+        elif self.method == "brace":
+            base = f"brace (kappa={_fmt_num(self.kappa)})"
+        else:
+            base = self.method
+        if self.noise_scale_factor != 1.0:
+            base += f", std x{_fmt_num(self.noise_scale_factor)} (BROKEN on purpose)"
+        return base
+
+    @property
+    def is_private(self) -> bool:
+        """Does the configuration *claim* (ε, δ)-DP? (False for naive and broken noise.)"""
+        return self.method in PRIVATE_METHODS and self.noise_scale_factor >= 1.0
+
+
+def _single_query(query: Any, dim: int) -> np.ndarray:
+    q, _ = check_queries(query, dim, name="query")
+    if q.shape[0] != 1:
+        raise ValueError(f"query must be a single query (d,) or (1, d); got shape {q.shape}.")
+    return q

@@ -1,0 +1,127 @@
+"""The one set of argument types and builders every ``brace`` command uses.
+
+Types reject bad text with one clear line (argparse turns them into ``brace …: error:``
+and exit status 2); builders add the same flags, with the same defaults and help, to
+every command that takes them. Defaults are the library's: :data:`brace.mechanisms.DEFAULT_KAPPA`,
+``delta = 1e-5``, ``gamma = 'auto'``, ``accounting = 'rdp'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ..accounting import ACCOUNTING_RULES
+from ..mechanisms import DEFAULT_KAPPA
+
+__all__ = [
+    "DEFAULT_DELTA",
+    "finite_float",
+    "gamma_arg",
+    "parse_vector",
+    "add_memory_arguments",
+    "add_mechanism_arguments",
+    "check_output_file",
+    "check_output_dir",
+]
+
+DEFAULT_DELTA = 1e-5
+
+
+def finite_float(text: str) -> float:
+    """A float; NaN is refused (``inf`` is allowed where the parameter accepts it)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if math.isnan(v):
+        raise argparse.ArgumentTypeError(f"NaN is not allowed: {text!r}")
+    return v
+
+
+def gamma_arg(text: str) -> float | None:
+    """``'auto'`` (``None``: the data-independent rule of ``choose_gamma``) or a float."""
+    return None if text.strip().lower() == "auto" else finite_float(text)
+
+
+def parse_vector(text: str, name: str) -> np.ndarray:
+    """Comma-separated finite numbers, e.g. ``'0.5,-1'``, as a float64 vector."""
+    try:
+        v = np.array([float(t) for t in text.split(",")], dtype=np.float64)
+    except ValueError:
+        raise ValueError(f"{name} must be comma-separated numbers; got {text!r}.") from None
+    if not np.all(np.isfinite(v)):
+        raise ValueError(f"{name} contains non-finite values: {text!r}.")
+    return v
+
+
+def add_memory_arguments(p: argparse.ArgumentParser, *, required: bool = True,
+                         queries: str = "queries") -> None:
+    """``--bank``, ``--queries`` (or ``--query``), ``--beta | --radius`` and ``--steps``."""
+    p.add_argument("--bank", required=required, help="(n, d) memory bank, .npy")
+    if queries == "queries":
+        p.add_argument("--queries", required=required, help="(Q, d) or (d,) queries, .npy")
+    else:
+        p.add_argument("--query", required=required, help="one query, (d,) or (1, d), .npy")
+    g = p.add_mutually_exclusive_group(required=required)
+    g.add_argument("--beta", type=finite_float, help="inverse temperature β > 0")
+    g.add_argument("--radius", type=finite_float, help="support radius r = sqrt(2/β)")
+    p.add_argument("--steps", type=int, required=required, help="horizon T >= 1")
+
+
+def add_mechanism_arguments(
+    p: argparse.ArgumentParser, *, methods: Sequence[str], default: str | None,
+    epsilon_required: bool = False, output_projection: bool = True,
+    unset_defaults: bool = False,
+) -> None:
+    """``--method`` and the private-retrieval parameters of :func:`private_retrieve`.
+
+    With ``unset_defaults`` every parameter defaults to ``None`` (so the command can tell
+    whether it was given) and the command applies the defaults named in the help.
+    """
+    def dflt(value):
+        return None if unset_defaults else value
+
+    p.add_argument("--method", default=default, choices=list(methods),
+                   help=("'naive' is NOT differentially private (baseline only)"
+                         + (f"; default {default}" if default is not None else "")))
+    p.add_argument("--epsilon", type=finite_float, required=epsilon_required,
+                   help="ε > 0 (private methods)")
+    p.add_argument("--delta", type=finite_float, default=dflt(DEFAULT_DELTA),
+                   help=f"δ in (0, 1) (default {DEFAULT_DELTA:g})")
+    p.add_argument("--kappa", type=finite_float, default=dflt(DEFAULT_KAPPA),
+                   help=f"BRACE activation κ >= 0 (default {DEFAULT_KAPPA:g}; 0: correct "
+                   "whenever gates differ)")
+    p.add_argument("--gamma", type=gamma_arg, default=None,
+                   help="BRACE smoothness γ > 0 (default 'auto': data-independent rule)")
+    p.add_argument("--accounting", choices=list(ACCOUNTING_RULES), default=dflt("rdp"),
+                   help="privacy accounting (default rdp)")
+    if output_projection:
+        p.add_argument("--no-output-projection", action="store_true")
+
+
+def check_output_file(path: Path) -> None:
+    """Fail before any work if ``path`` cannot be written (the write itself is atomic)."""
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise ValueError(f"--out {path} is a directory; give a file name.")
+    if not parent.is_dir():
+        raise FileNotFoundError(f"output directory does not exist: {parent}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PermissionError(f"output directory is not writable: {parent}")
+
+
+def check_output_dir(path: Path) -> None:
+    """Fail before any work if the directory ``path`` cannot be created or written."""
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out {path} exists and is not a directory.")
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise PermissionError(f"cannot write to {path}: {probe} is not a writable directory.")

@@ -1,0 +1,125 @@
+"""``brace audit``: an empirical privacy audit (one configuration, or the built-in report)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..mechanisms import DEFAULT_KAPPA, METHODS
+from ._args import (
+    DEFAULT_DELTA,
+    add_mechanism_arguments,
+    add_memory_arguments,
+    check_output_dir,
+    check_output_file,
+    finite_float,
+    parse_vector,
+)
+
+__all__ = ["add_parser"]
+
+# Mechanism flags of a single audit; --report uses built-in banks and mechanisms.
+_SINGLE_ONLY = ("bank", "query", "method", "epsilon", "steps", "beta", "radius", "kappa",
+                "gamma", "accounting", "noise_scale_factor", "pilot_runs", "replace_row",
+                "replace_value")
+
+
+def add_parser(sub) -> None:
+    """Register ``brace audit``."""
+    from ..audit import AuditConfig, ReportConfig
+
+    p = sub.add_parser(
+        "audit",
+        help="empirical privacy audit: a statistically valid lower bound on epsilon",
+        description="Run a mechanism many times on two neighbouring banks and certify a "
+        "lower bound on its epsilon (docs/audit.md). With --report, run the built-in "
+        "audit report instead.",
+    )
+    d = AuditConfig()
+    p.add_argument("--report", action="store_true",
+                   help="run the audit report (built-in banks); --out is a directory")
+    add_memory_arguments(p, required=False, queries="query")
+    add_mechanism_arguments(p, methods=METHODS, default=None, output_projection=False,
+                            unset_defaults=True)
+    p.add_argument("--noise-scale-factor", type=finite_float, default=None,
+                   help="multiply the noise std (e.g. 0.5: a deliberately broken mechanism; "
+                   "default 1)")
+    p.add_argument("--replace-row", type=int, default=None,
+                   help="audit only the neighbour with this row replaced")
+    p.add_argument("--replace-value", default=None,
+                   help="comma-separated new value of --replace-row")
+    p.add_argument("--runs", type=int, default=None,
+                   help=f"fresh runs per bank (default {d.n_runs}; report: "
+                   f"{ReportConfig.n_runs})")
+    p.add_argument("--pilot-runs", type=int, default=None, help="pilot runs (default runs/4)")
+    p.add_argument("--screen-runs", type=int, default=d.n_screen,
+                   help=f"screening runs per candidate (default {d.n_screen})")
+    p.add_argument("--alpha", type=finite_float, default=d.alpha,
+                   help=f"1 - confidence (default {d.alpha:g})")
+    p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    p.add_argument("--out", default=None,
+                   help="JSON result file (single audit) or output directory (--report)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Carry out ``brace audit`` for parsed ``args``; exit 1 on a violation."""
+    from .._io import atomic_write_text, load_npy, write_json
+    from .._validation import check_radius_beta
+    from ..audit import AuditConfig, ReportConfig, audit, format_report, report
+
+    delta = DEFAULT_DELTA if args.delta is None else args.delta
+    if args.report:
+        for flag in _SINGLE_ONLY:
+            if getattr(args, flag) is not None:
+                raise ValueError(f"--report uses built-in banks and mechanisms; do not pass "
+                                 f"--{flag.replace('_', '-')}.")
+        if args.out is None:
+            raise ValueError("--report needs --out DIR.")
+        out_dir = Path(args.out)
+        check_output_dir(out_dir)
+        rc = ReportConfig(n_runs=args.runs if args.runs is not None else ReportConfig.n_runs,
+                          n_screen=args.screen_runs, alpha=args.alpha, delta=delta,
+                          seed=args.seed)
+        rep = report(rc, progress=not args.no_progress)
+        text = format_report(rep)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_json(out_dir / "audit_report.json", rep)
+        atomic_write_text(out_dir / "audit_report.txt", text + "\n")
+        print(text)
+        print(f"wrote {out_dir / 'audit_report.json'} and {out_dir / 'audit_report.txt'}")
+        return 0 if rep["passed"] else 1
+
+    for flag in ("bank", "query", "method", "epsilon", "steps"):
+        if getattr(args, flag) is None:
+            raise ValueError(f"--{flag} is required (or use --report).")
+    if (args.replace_row is None) != (args.replace_value is None):
+        raise ValueError("give both --replace-row and --replace-value, or neither.")
+    if args.out is not None:
+        check_output_file(Path(args.out))
+    bank = load_npy(args.bank, "bank")
+    query = load_npy(args.query, "query")
+    radius = check_radius_beta(args.beta, args.radius)
+    replacement = None
+    if args.replace_row is not None:
+        replacement = (args.replace_row, parse_vector(args.replace_value, "--replace-value"))
+    cfg = AuditConfig(
+        method=args.method, epsilon=args.epsilon, delta=delta, steps=args.steps,
+        radius=radius, kappa=DEFAULT_KAPPA if args.kappa is None else args.kappa,
+        gamma=args.gamma, accounting=args.accounting or AuditConfig.accounting,
+        noise_scale_factor=1.0 if args.noise_scale_factor is None else args.noise_scale_factor,
+        n_runs=args.runs if args.runs is not None else AuditConfig.n_runs,
+        n_pilot=args.pilot_runs, n_screen=args.screen_runs, alpha=args.alpha, seed=args.seed,
+    )
+    if cfg.method == "naive":
+        print("brace: WARNING: method 'naive' is NOT differentially private (baseline only).",
+              file=sys.stderr)
+    say = None if args.no_progress else (lambda m: print(f"[audit] {m}", file=sys.stderr))
+    res = audit(bank, query, cfg, replacement=replacement, progress=say)
+    print(res)
+    if args.out is not None:
+        write_json(args.out, res.to_dict())
+        print(f"wrote {args.out}")
+    return 1 if res.verdict == "VIOLATION" else 0

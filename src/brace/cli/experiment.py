@@ -1,0 +1,203 @@
+"""``brace experiment NAME``: the paper's experiments (synthetic, mnist, coverage, theory).
+
+Each sub-command turns its flags into the experiment's config and calls the experiment
+module's ``run_*(config, out_dir, …)``; the experiment modules hold no argument parsing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+from ._args import finite_float
+
+__all__ = ["add_parser", "EXPERIMENTS"]
+
+EXPERIMENTS = ("synthetic", "mnist", "coverage", "theory")
+
+
+def add_parser(sub) -> None:
+    """Register ``brace experiment`` and its sub-commands."""
+    p = sub.add_parser("experiment", help="run one of the paper's experiments")
+    exp_sub = p.add_subparsers(dest="experiment", metavar="NAME", parser_class=type(p))
+    exp_sub.required = True
+    _add_synthetic(exp_sub)
+    _add_mnist(exp_sub)
+    _add_coverage(exp_sub)
+    _add_theory(exp_sub)
+
+
+# ------------------------------------------------------------------------ synthetic
+
+
+def _add_synthetic(sub) -> None:
+    from ..experiments import synthetic
+
+    p = sub.add_parser(
+        "synthetic",
+        help="synthetic boundary switching (paper §6.1); the README's main job",
+        description=synthetic.__doc__.split("\n\n")[0],
+    )
+    d = synthetic.SyntheticConfig()
+    p.add_argument("--out", default="runs/synthetic", help="output directory")
+    p.add_argument("--replications", type=int, default=d.replications)
+    p.add_argument("--candidates", type=int, default=d.candidates)
+    p.add_argument("--epsilon", type=finite_float, default=d.epsilon)
+    p.add_argument("--delta", type=finite_float, default=d.delta)
+    p.add_argument("--kappa", type=finite_float, default=d.kappa,
+                   help=f"κ of the highlighted run (default {d.kappa:g})")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--data-seed", type=int, default=d.data_seed)
+    p.add_argument("--accounting", choices=["rdp", "paper"], default=d.accounting)
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run_synthetic)
+
+
+def run_synthetic(args: argparse.Namespace) -> int:
+    """Carry out ``brace experiment synthetic``."""
+    from ..experiments.synthetic import SyntheticConfig, run_synthetic
+
+    cfg = dataclasses.replace(
+        SyntheticConfig(), replications=args.replications, candidates=args.candidates,
+        epsilon=args.epsilon, delta=args.delta, kappa=args.kappa, seed=args.seed,
+        data_seed=args.data_seed, accounting=args.accounting,
+    )
+    run_synthetic(cfg, args.out, progress=not args.no_progress)
+    return 0
+
+
+# ---------------------------------------------------------------------------- mnist
+
+
+def _add_mnist(sub) -> None:
+    from ..experiments.mnist import PAPER_SEED
+
+    p = sub.add_parser(
+        "mnist",
+        help="corrupted-MNIST retrieval (paper §6.2): full grid, or --quick",
+        description="Corrupted-MNIST retrieval (paper §6.2, spec §7): 2-D VAE+PCA features, "
+        "q = x + 3u, the 48 β × T × ε grid for BRACE, global, endpoint, naive (NOT DP) and "
+        "noiseless; results.jsonl (resumable), tables and Figs. 2-4 in --out.",
+    )
+    p.add_argument("--data-dir", default=None,
+                   help="directory with t10k-images-idx3-ubyte(.gz) and t10k-labels-idx1-ubyte"
+                   "(.gz) (default: $BRACE_MNIST_DIR, else ../shared/data/mnist beside the "
+                   "checkout)")
+    p.add_argument("--out", default="runs/mnist", help="output directory (resumable)")
+    p.add_argument("--quick", action="store_true",
+                   help="tiny VAE, 6 β, T=3, ε=64, R=2 (smoke test, < 2 min)")
+    p.add_argument("--cache-dir", default=None,
+                   help="VAE cache directory (default: $BRACE_CACHE_DIR or ~/.cache/brace)")
+    p.add_argument("--draws", type=int, default=None, metavar="R",
+                   help="noise draws per query (default 10; 2 with --quick)")
+    p.add_argument("--seed", type=int, default=PAPER_SEED,
+                   help="seed of the query corruption and the noise")
+    p.add_argument("--accounting", choices=["rdp", "paper"], default="rdp")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run_mnist)
+
+
+def run_mnist(args: argparse.Namespace) -> int:
+    """Carry out ``brace experiment mnist``."""
+    from ..experiments.mnist import QUICK, MnistConfig, run_mnist
+
+    base = QUICK if args.quick else MnistConfig()
+    draws = base.draws if args.draws is None else args.draws
+    cfg = dataclasses.replace(base, draws=draws, seed=args.seed, accounting=args.accounting)
+    run_mnist(cfg, args.out, data_dir=args.data_dir, cache_dir=args.cache_dir,
+              progress=not args.no_progress)
+    return 0
+
+
+# ------------------------------------------------------------------------- coverage
+
+
+def _add_coverage(sub) -> None:
+    from ..experiments import coverage
+
+    p = sub.add_parser(
+        "coverage",
+        help="coverage study of the UQ confidence regions (spec §6)",
+        description=coverage.__doc__.split("\n\n")[0],
+    )
+    d = coverage.CoverageConfig()
+    quick = coverage.QUICK
+    p.add_argument("--out", default="runs/coverage", help="output directory")
+    p.add_argument("--quick", action="store_true",
+                   help=f"small smoke run ({quick['replications']} banks, n in {quick['ns']})")
+    p.add_argument("--replications", type=int, default=None)
+    p.add_argument("--ns", type=int, nargs="+", default=None)
+    p.add_argument("--epsilons", type=finite_float, nargs="+", default=None)
+    p.add_argument("--horizons", type=int, nargs="+", default=None)
+    p.add_argument("--kappa", type=finite_float, default=d.kappa,
+                   help=f"BRACE activation κ (default {d.kappa:g})")
+    p.add_argument("--gamma-fraction", type=finite_float, default=d.gamma_fraction,
+                   help="γ = choose_gamma(…, fraction); 0.9 is the library default")
+    p.add_argument("--method", choices=["brace", "global", "endpoint", "naive"],
+                   default=d.method)
+    p.add_argument("--privacy", choices=["auto", "linear", "simulate"], default=d.privacy,
+                   help="privacy part of the UQ (brace.uq.analyze)")
+    p.add_argument("--n-sim", type=int, default=d.n_sim)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run_coverage)
+
+
+def run_coverage(args: argparse.Namespace) -> int:
+    """Carry out ``brace experiment coverage``."""
+    from ..experiments.coverage import QUICK, CoverageConfig, run_coverage
+
+    base = dataclasses.replace(CoverageConfig(), **QUICK) if args.quick else CoverageConfig()
+    upd = {k: v for k, v in {
+        "replications": args.replications,
+        "ns": None if args.ns is None else tuple(args.ns),
+        "epsilons": None if args.epsilons is None else tuple(args.epsilons),
+        "horizons": None if args.horizons is None else tuple(args.horizons),
+    }.items() if v is not None}
+    cfg = dataclasses.replace(
+        base, **upd, kappa=args.kappa, gamma_fraction=args.gamma_fraction,
+        method=args.method, seed=args.seed, privacy=args.privacy, n_sim=args.n_sim,
+    )
+    run_coverage(cfg, args.out, progress=not args.no_progress)
+    return 0
+
+
+# --------------------------------------------------------------------------- theory
+
+
+def _add_theory(sub) -> None:
+    from ..experiments import theory
+
+    p = sub.add_parser(
+        "theory",
+        help="numerical checks of the paper's theory (paper §5): dimension, horizon, "
+        "activation bound, root-n transition, cost of correction",
+        description=theory.__doc__.split("\n\n")[0],
+    )
+    d = theory.TheoryConfig()
+    items = theory.ITEMS
+    p.add_argument("--out", default="runs/theory", help="output directory")
+    p.add_argument("--quick", action="store_true",
+                   help="small sizes (every figure and table, under a minute)")
+    p.add_argument("--items", default=",".join(items),
+                   help=f"comma-separated subset of {','.join(items)}")
+    p.add_argument("--replications", type=int, default=None,
+                   help=f"queries per cell for items 1-3 (default {d.replications})")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--data-seed", type=int, default=d.data_seed)
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run_theory)
+
+
+def run_theory(args: argparse.Namespace) -> int:
+    """Carry out ``brace experiment theory``."""
+    from ..experiments.theory import TheoryConfig, quick_config, run_theory
+
+    items = tuple(s.strip() for s in args.items.split(",") if s.strip())
+    over: dict[str, Any] = {"seed": args.seed, "data_seed": args.data_seed}
+    if args.replications is not None:
+        over["replications"] = args.replications
+    cfg = quick_config(**over) if args.quick else dataclasses.replace(TheoryConfig(), **over)
+    run_theory(cfg, args.out, items=items, progress=not args.no_progress)
+    return 0

@@ -1,0 +1,28 @@
+"""Fixtures shared by several test files."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def _mnist_dir_or_skip():
+    from brace.experiments.mnist_data import find_mnist_dir
+
+    try:
+        return find_mnist_dir()
+    except FileNotFoundError as exc:
+        pytest.skip(f"MNIST test split not available: {exc}")
+
+
+@pytest.fixture(scope="session")
+def quick_run(tmp_path_factory):
+    """One ``--quick`` MNIST run (skipped without the data), shared by the experiment and
+    CLI tests: its output and cache directories, the summary and the output bytes."""
+    from brace.experiments.mnist import QUICK, run_mnist
+
+    data = _mnist_dir_or_skip()
+    base = tmp_path_factory.mktemp("mnist")
+    out, cache = base / "out", base / "cache"
+    summary = run_mnist(QUICK, out, data_dir=data, cache_dir=cache, progress=False)
+    return {"out": out, "cache": cache, "data": data, "summary": summary,
+            "bytes": {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}}

@@ -1,0 +1,352 @@
+"""The certificate Δ̄_t: regression tests for the smoothness advisory, an independent slow
+reference of every piece, and neighbour-smoothness property tests at fixed histories.
+
+Smoothness is the property the accounting needs (``docs/privacy-accounting.md``, Lemma 2):
+for neighbours ``D ~ D'`` at the same public history, ``G_{D'}(k) ≤ G_D(k+1)`` for every
+``k`` and ``Δ̄(D') ≤ e^γ Δ̄(D)``. These tests check it exactly (no tolerance): the
+certificate is built so that these inequalities hold in floating point
+(``docs/privacy.md`` §8).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import brace
+from brace import LSRMemory, certificate, private_retrieve
+from brace.sensitivity import GRID_BITS, K_CAP, SLACK_MAX_REL, TAU_REL, Numerics, n_terms
+
+_U = float(np.finfo(np.float64).eps) / 2.0
+
+# ------------------------------------------------------------ regression: the advisory
+
+
+def test_regression_A_far_row_moved_onto_the_public_gate_boundary():
+    """Step 1, κ = 0: a far row moved exactly onto the boundary of the gate at q.
+
+    The old rule counted the thin τ-shell around the public centre, so the neighbour's
+    annulus count grew by one and Δ̄ doubled (ratio 2.0 against e^γ = 1.018).
+    """
+    kw = dict(method="brace", epsilon=8.0, delta=1e-5, steps=1, kappa=0.0, seed=0)
+    X = np.concatenate([np.linspace(-0.5, 0.5, 2000), [5.0]])[:, None]
+    Xp = X.copy()
+    Xp[-1] = [1.0]
+    a = private_retrieve(LSRMemory(X, radius=1.0), np.zeros((1, 1)), **kw)
+    b = private_retrieve(LSRMemory(Xp, radius=1.0), np.zeros((1, 1)), **kw)
+    ratio = b.smooth_sensitivity[0, 0] / a.smooth_sensitivity[0, 0]
+    g = a.params["gamma"]
+    assert math.exp(-g) <= ratio <= math.exp(g)
+
+
+def test_regression_B_an_unrelated_far_row_does_not_change_other_rows():
+    """Moving a far row changed the bank-wide rounding band, and with it whether 2000 rows
+    sitting on the boundary were counted (Δ̄ 2.0 against 0.001)."""
+    kw = dict(method="brace", epsilon=8.0, delta=1e-5, steps=1, kappa=0.0, seed=0)
+    q = np.array([[1.0, -0.62]])
+    X = np.array([[1.809721782239504, -1.206813968278603]] * 2000 + [[4.0, -0.62]])
+    Xp = X.copy()
+    Xp[-1] = [1e4, -0.62]
+    a = private_retrieve(LSRMemory(X, radius=1.0), q, **kw).smooth_sensitivity[0, 0]
+    b = private_retrieve(LSRMemory(Xp, radius=1.0), q, **kw).smooth_sensitivity[0, 0]
+    assert a == b  # neither bank's counts may depend on the moved far row
+
+
+def test_regression_C_validity_at_coordinates_near_1e8():
+    """Gate means of values near 1e8 round by more than the old additive margin covered."""
+    q = np.array([[129761781.441]])
+    X = np.array([[129761780.441]] * 3 + [[129761791.441]])
+    Xp = X.copy()
+    Xp[0] = 2 * q[0] - X[0]
+    ca = certificate(LSRMemory(X, radius=1.0), q, q[:, None], steps=1, kappa=np.inf, gamma=2.0)
+    cb = certificate(LSRMemory(Xp, radius=1.0), q, q[:, None], steps=1, kappa=np.inf, gamma=2.0)
+    assert np.linalg.norm(ca.pre_noise - cb.pre_noise) <= ca.noise_scale[0, 0]
+    assert np.linalg.norm(ca.pre_noise - cb.pre_noise) <= cb.noise_scale[0, 0]
+
+
+def test_coordinates_too_large_for_float64_are_refused():
+    X = np.array([[1e14], [1e14 + 0.5], [1e14 - 0.5]])
+    with pytest.raises(ValueError, match="too large relative to the radius"):
+        private_retrieve(LSRMemory(X, radius=1.0), X[:1], method="brace", epsilon=8,
+                         delta=1e-5, steps=2, seed=0)
+    # the same bank, centred, is fine
+    Xc = X - 1e14
+    private_retrieve(LSRMemory(Xc, radius=1.0), Xc[:1], method="brace", epsilon=8,
+                     delta=1e-5, steps=2, seed=0)
+
+
+# ------------------------------------------------------ independent slow reference
+
+
+def _dist(x, c):
+    return math.sqrt(sum((xi - ci) ** 2 for xi, ci in zip(x, c, strict=True)))
+
+
+def _gate(X, c, r):
+    r2 = r * r
+    return [i for i, x in enumerate(X) if sum((xi - ci) ** 2 for xi, ci in zip(x, c, strict=True))
+            <= r2]
+
+
+def _mean(X, idx, c):
+    if not idx:
+        return list(c)
+    d = len(c)
+    return [sum(X[i][j] for i in idx) / len(idx) for j in range(d)]
+
+
+def _mean_bound(n, d, r, scale):
+    rp = r * (1 + 4 * (d + 2) * _U)
+    k = (n + 1) * _U
+    return 1.000001 * math.sqrt(d) * k / (1 - k) * (scale + rp)
+
+
+class _Ref:
+    """Docs/privacy.md §2–§8 written out with Python floats, ints and loops."""
+
+    def __init__(self, n, d, r, T):
+        self.n, self.d, self.r, self.T = n, d, r, T
+        self.g = math.ldexp(1.0, math.frexp(r)[1] - 1 - GRID_BITS)
+        self.tau = TAU_REL * r
+        self.margin = 1e-12 + 8 * (d + 2) * _U
+
+    def slack(self, scale):
+        n, d, r, T = self.n, self.d, self.r, self.T
+        mb = _mean_bound(n, d, r, scale)
+        norms = 8 * (d + 3) * _U * (2 * T + 3) * r
+        proj = 8 * _U * math.sqrt(d) * (scale + 3 * r)
+        return 1.001 * (2 * mb + self.tau + norms + proj) + 2 * self.g
+
+    def up(self, x):
+        return math.ceil(x / self.g)
+
+    def down(self, x):
+        return math.floor(x / self.g)
+
+
+def reference_certificate(X, q, hist, T, r, kappa, gamma, proj=True):
+    """Δ̄_t and G_D(k) for t = 1..T at the history ``hist`` (Y_0 = q, …, Y_{T-1})."""
+    X = [list(map(float, x)) for x in X]
+    q = list(map(float, q))
+    n, d = len(X), len(q)
+    ref = _Ref(n, d, r, T)
+    K = n_terms(n, gamma)
+    theta = math.sqrt(kappa * T) * r if math.isfinite(kappa) else math.inf
+    qscale = max(abs(v) for v in q)
+    never = not math.isfinite(theta)
+    if proj and not never:
+        smax = ref.slack(qscale + (T + 1) * r)
+        mg = 1 + ref.margin
+        b3_max = T * (r + ref.tau + smax) + (T * r + smax) * mg + r + smax
+        never = ref.down(theta * (1 - ref.margin)) >= ref.up(b3_max)
+    z = [q]
+    A = [0] * (K + 1)  # units
+    out_sens, out_G = [], []
+    gp = 2e-15
+    rate = max(0.0, gamma - gp)
+    for t in range(1, T + 1):
+        y = list(map(float, hist[t - 1]))
+        sy = ref.slack(max(abs(v) for v in y))
+        m = len(_gate(X, y, r))
+        F = [ref.up(2 * r / max(m - k, 1) * (1 + 4 * _U) + sy) for k in range(K + 1)]
+        cap = ref.up(2 * r + sy)
+        zprev = z[-1]
+        I = _gate(X, zprev, r)
+        znew = _mean(X, I, zprev)
+        z.append(znew)
+        if never:
+            G = F
+        else:
+            s = t
+            sig = ref.slack(qscale + 1.01 * (s - 1) * r)
+            if s == 1:
+                A = [ref.up(2 * r / max(len(I) - k, 1) * (1 + 4 * _U) + sig) for k in range(K + 1)]
+            else:
+                dist = sorted(_dist(x, zprev) for x in X)
+                newA = []
+                for k in range(K + 1):
+                    a = A[k] * ref.g
+                    aR = (A[k] + sum(A[:k])) * ref.g
+                    thr_in, thr_out = r - aR - ref.tau, r + aR + ref.tau
+                    L = sum(1 for v in dist if v <= thr_in) if thr_in >= 0 else 0
+                    W = sum(1 for v in dist if v <= thr_out) - L + k
+                    nc = L - k - 1
+                    c = min(2 * (r + ref.tau) + a, 2 * s * (r + ref.tau + sig))
+                    if nc >= 1:
+                        c = min(c, 2 * (r + ref.tau + a) * (W + 1) / (nc + 1))
+                    newA.append(ref.up(c * (1 + 8 * _U) + sig))
+                A = newA
+            a_t = _mean(X, _gate(X, y, r), y)
+            mg = 1 + ref.margin
+            dza = _dist(znew, a_t)
+            dzy = _dist(znew, y)
+            dqy = _dist(q, y)
+            th_dn = ref.down(theta * (1 - ref.margin))
+            th_up = ref.up(theta * (1 + ref.margin) + sy)
+            G = []
+            for k in range(K + 1):
+                Rt = sum(A[: k + 1])
+                al = sum(F[: k + 1])
+                b1 = ref.up(dza * mg) + Rt + al
+                b2 = ref.up(dzy * mg) + Rt + ref.up(r + sy)
+                b3 = ref.up(t * (r + ref.tau + sy) + dqy * mg + r + sy)
+                U = min(b1, b2, b3) > th_dn
+                G.append(min(cap, max(F[k], th_up + A[k])) if U else F[k])
+        vals = [G[k] * ref.g * math.exp(-rate * k) for k in range(K + 1)]
+        tail = math.exp(-rate * (K + 1)) * cap * ref.g
+        out_sens.append(max(max(vals), tail))
+        out_G.append([v * ref.g for v in G])
+    return np.array(out_sens), [np.array(g) for g in out_G]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_certificate_matches_the_slow_reference(seed):
+    rng = np.random.default_rng(seed)
+    n, d = int(rng.integers(6, 40)), int(rng.integers(1, 4))
+    X = rng.normal(0, 0.6, (n, d))
+    r = float(rng.uniform(0.3, 1.0))
+    T = int(rng.integers(1, 4))
+    kappa = float(rng.choice([0.0, 0.2, 5.0, np.inf]))
+    gamma = float(rng.choice([0.05, 0.4]))
+    q = X[rng.integers(n)] + rng.normal(0, 0.3 * r, d)
+    hist = np.concatenate([q[None], q + rng.normal(0, 0.3 * r, (T - 1, d))])
+    cert = certificate(LSRMemory(X, radius=r), q[None], hist[None], steps=T, kappa=kappa,
+                       gamma=gamma)
+    sens, G = reference_certificate(X, q, hist, T, r, kappa, gamma)
+    g = Numerics(n, d, r, T).g
+    np.testing.assert_allclose(cert.noise_scale[0], sens, rtol=0, atol=2 * g)
+    for t in range(T):
+        np.testing.assert_allclose(cert.G[t][0], G[t], rtol=0, atol=2 * g)
+
+
+def test_numerics_constants():
+    num = Numerics(1000, 3, 0.8, 5)
+    assert num.g == 2.0 ** (-31)  # 0.8 = 0.8 · 2^0 → g = 2^(0 − 1 − 30)
+    assert num.value(num.up(0.123)) >= 0.123
+    assert num.value(num.up(0.123)) - 0.123 < num.g
+    s = float(num.slack(1.0))
+    assert TAU_REL * 0.8 < s < 1e-8
+    assert float(num.slack(1e8)) > float(num.slack(1.0))
+    assert SLACK_MAX_REL == 1e-3
+    # the integer prefix sums cannot overflow: K_CAP · 2(T_max+1)·(r/g) < 2^63
+    assert K_CAP * 2 * (brace._validation.MAX_STEPS + 2) * 2.0 ** (GRID_BITS + 1) < 2.0**63
+
+
+# ------------------------------------------------ smoothness at fixed histories
+
+
+def _on_sphere(rng, c, radius, d, rel):
+    u = rng.normal(size=d)
+    u /= np.linalg.norm(u)
+    return c + radius * (1.0 + rel) * u
+
+
+def _weak_bank(rng, n, d, r, q, clean, offset):
+    """Rows on (or within 1e-15 of) the gate radius around q and each clean state, inside
+    points, far rows with huge norms, duplicates."""
+    rows = []
+    centres = [q] + list(clean)
+    for _ in range(n):
+        kind = rng.integers(0, 5)
+        if kind <= 1:
+            c = centres[rng.integers(len(centres))]
+            rows.append(_on_sphere(rng, c, r, d, float(rng.choice([0.0, 1e-15, -1e-15]))))
+        elif kind == 2:
+            rows.append(q + rng.normal(0, 0.5 * r, d))
+        elif kind == 3:
+            rows.append(q + rng.choice([-1.0, 1.0]) * rng.uniform(10, 1e4) * np.ones(d))
+        else:
+            rows.append(rows[rng.integers(len(rows))] if rows else q.copy())
+    return np.array(rows)
+
+
+def _neighbour(rng, X, q, clean, r):
+    Xp = X.copy()
+    j = int(rng.integers(len(X)))
+    d = X.shape[1]
+    centres = [q] + list(clean)
+    kind = rng.integers(0, 4)
+    if kind == 0:
+        c = centres[rng.integers(len(centres))]
+        Xp[j] = _on_sphere(rng, c, r, d, float(rng.choice([0.0, 1e-15, -1e-15])))
+    elif kind == 1:
+        Xp[j] = q + rng.choice([-1.0, 1.0]) * rng.uniform(10, 1e4) * np.ones(d)
+    elif kind == 2:
+        Xp[j] = X[rng.integers(len(X))]
+    else:
+        Xp[j] = q + rng.normal(0, r, d)
+    return Xp
+
+
+def _assert_smooth(cD, cP, gamma):
+    for GD, GP in zip(cD.G, cP.G, strict=True):
+        assert np.all(GP[:, :-1] <= GD[:, 1:]), "G_{D'}(k) > G_D(k+1)"
+        assert np.all(GD[:, :-1] <= GP[:, 1:]), "G_D(k) > G_{D'}(k+1)"
+    eg = math.exp(gamma)
+    assert np.all(cP.noise_scale <= eg * cD.noise_scale), "Δ̄(D') > e^γ Δ̄(D)"
+    assert np.all(cD.noise_scale <= eg * cP.noise_scale), "Δ̄(D) > e^γ Δ̄(D')"
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    kappa=st.sampled_from([0.0, 1e-12, 1.0, 10.0]),
+    gamma=st.sampled_from([0.02, 0.1, 0.5]),
+    T=st.integers(1, 4),
+    offset=st.sampled_from([0.0, 0.0, 1e6, 1e7, 1e8]),
+)
+def test_smoothness_at_fixed_histories(seed, kappa, gamma, T, offset):
+    rng = np.random.default_rng(seed)
+    n, d = int(rng.integers(5, 50)), int(rng.integers(1, 4))
+    r = float(rng.uniform(0.3, 1.0))
+    q0 = rng.normal(0, 1, d)
+    # clean states of a seed bank (so boundary rows sit on the trajectory's gates)
+    seed_bank = q0 + rng.normal(0, 0.5 * r, (n, d))
+    clean = LSRMemory(seed_bank, radius=r).retrieve(q0, T)[1:]
+    X = _weak_bank(rng, n, d, r, q0, clean, offset) + offset
+    q = q0 + offset
+    clean = LSRMemory(X, radius=r).retrieve(q, T)[1:]
+    if rng.random() < 0.5:  # history hugging the clean trajectory
+        hist = np.concatenate([q[None], clean[: T - 1] + rng.normal(0, 1e-3 * r, (T - 1, d))])
+    else:
+        hist = np.concatenate([q[None], q + rng.uniform(-T * r, T * r, (T - 1, d))])
+    Xp = _neighbour(rng, X - offset, q0, clean - offset, r) + offset
+    kw = dict(steps=T, kappa=kappa, gamma=gamma)
+    cD = certificate(LSRMemory(X, radius=r), q[None], hist[None], **kw)
+    cP = certificate(LSRMemory(Xp, radius=r), q[None], hist[None], **kw)
+    _assert_smooth(cD, cP, gamma)
+    # validity of the computed outputs themselves (floating point included)
+    moved = np.linalg.norm(cD.pre_noise - cP.pre_noise, axis=-1)
+    assert np.all(moved <= cD.noise_scale) and np.all(moved <= cP.noise_scale)
+
+
+def test_old_w_rule_fails_the_smoothness_check():
+    """The smoothness check has teeth: re-create the old step-1 rule (the τ-shell around the
+    public centre counted in W, with the walk bound) and it breaks on reproducer A."""
+    X = np.concatenate([np.linspace(-0.5, 0.5, 2000), [5.0]])[:, None]
+    Xp = X.copy()
+    Xp[-1] = [1.0]
+    r, gamma, tau = 1.0, 0.05, TAU_REL
+
+    def old_A1(bank):
+        dist = np.sort(np.abs(bank[:, 0]))
+        K = n_terms(len(bank), gamma)
+        k = np.arange(K + 1)
+        L = np.searchsorted(dist, r - tau * r, "right") * np.ones(K + 1)
+        W = np.searchsorted(dist, r + tau * r, "right") - L  # the shell, no k term
+        nc = L - k - 1
+        A = np.where(nc >= 1, np.minimum(2 * r, 2 * r * (W + 1) / np.maximum(nc + 1, 1)), 2 * r)
+        w = np.exp(-gamma * k)
+        return (A * w).max()
+
+    ratio = old_A1(Xp) / old_A1(X)
+    assert ratio > math.exp(gamma)  # the old rule is caught
+    cD = certificate(LSRMemory(X, radius=r), np.zeros((1, 1)), np.zeros((1, 1, 1)), steps=1,
+                     kappa=0.0, gamma=gamma)
+    cP = certificate(LSRMemory(Xp, radius=r), np.zeros((1, 1)), np.zeros((1, 1, 1)), steps=1,
+                     kappa=0.0, gamma=gamma)
+    _assert_smooth(cD, cP, gamma)  # the current rule passes
