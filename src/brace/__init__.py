@@ -13,12 +13,13 @@ from .mechanisms import (
     certificate,
     private_retrieve,
 )
-from .memory import LSEMemory, LSRMemory
+from .memory import BankMutatedError, LSEMemory, LSRMemory
 
 __version__ = "0.1.0"
 
 __all__ = [
     "METHODS",
+    "BankMutatedError",
     "CertificateTrace",
     "LSEMemory",
     "LSRMemory",
