@@ -7,9 +7,9 @@ the queries. Timed: noiseless ``LSRMemory.retrieve`` and default BRACE
 (``private_retrieve(method="brace")`` with its default κ, ``--epsilon`` (default 64, as
 ``bench_private.py``; at small ε the released states are far from the data, their gates
 are empty and BRACE looks cheaper than noiseless), δ = 1e-5), each on a fresh memory
-(validation and fingerprint included) after a small warm-up call. Peak RSS is sampled every 10 ms (psutil) and
-reported beside the bank's size; the targets of the scale issue are BRACE < 2 min and
-peak RSS ≤ bank + 1 GiB at n = 1e6, d = 384, Q = 1000, T = 5.
+(validation and fingerprint included) after a small warm-up call. Peak RSS is sampled
+every 10 ms (psutil) and reported beside the bank's size; the targets of the scale
+issue are BRACE < 2 min and peak RSS ≤ bank + 1 GiB at n = 1e6, d = 384, Q = 1000, T = 5.
 
 Usage::
 

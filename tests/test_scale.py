@@ -13,6 +13,8 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import brace.memory as memory_mod
 from brace._fingerprint import bank_fingerprint
@@ -331,3 +333,31 @@ def test_dask_bank_map_reduce_matches_in_memory(dask_client):
     bad = da.from_array(np.array([[0.0, np.nan]]))
     with pytest.raises(ValueError, match="1 non-finite"):
         LSRMemory(bad, radius=1.0).step(np.zeros(2))
+
+
+# --------------------------------------------------------------- property: any scale
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), log_off=st.integers(-3, 9), d=st.integers(1, 12),
+       dtype=st.sampled_from(["float32", "float64"]), quant=st.booleans())
+def test_counts_equal_reference_at_any_offset(seed, log_off, d, dtype, quant):
+    """Random banks around an offset 10^k (k ∈ [-3, 9]), coordinates optionally on a
+    coarse grid (many exact ties), radius at a row's exact distance: counts and pair
+    counts equal the reference for every backend."""
+    rng = np.random.default_rng(seed)
+    off = 10.0**log_off
+    X = off + rng.normal(size=(300, d)) * max(1.0, off * 1e-4)
+    if quant:
+        X = np.round(X * 4) / 4
+    X = X.astype(dtype)
+    Y = np.asarray(X[rng.integers(0, 300, 5)], dtype=np.float64)
+    Y[1:] += rng.normal(size=(4, d)) * 0.5
+    r = float(np.sqrt(direct_sqdist(X[7], Y[0]))) or 1.0  # row 7 exactly on the sphere
+    ref = np.array([direct_sqdist(X, y) <= r * r for y in Y])
+    pairs = (np.array([0, 1, 2]), np.array([3, 4, 0]))
+    for index in ("brute", "kdtree"):
+        gp = LSRMemory(X, radius=r, index=index).gate_pass(Y, pairs=pairs)
+        np.testing.assert_array_equal(gp.counts, ref.sum(1))
+        np.testing.assert_array_equal(gp.pair_counts, (ref[pairs[0]] & ref[pairs[1]]).sum(1))
