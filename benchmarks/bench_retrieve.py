@@ -1,4 +1,5 @@
-"""Benchmark noiseless LSR retrieval (spec §1): ``LSRMemory.retrieve`` vs a per-query loop.
+"""Benchmark noiseless LSR retrieval (``docs/spec.md`` §1):
+``LSRMemory.retrieve`` vs a per-query loop.
 
 For every (n, d) configuration:
 

@@ -11,9 +11,10 @@ memories (uniform in ``B̄(0, r/2)``; every other row is at least ``20r`` away),
 * the mean final per-coordinate squared error ``‖Y_T − z_T‖²/d``.
 
 Methods: BRACE without correction (κ = ∞) with the default fraction-0.9 γ rule, with
-the gate-size rule (``gamma="gates"``), the count release (``release="count"``), and
-global. Targets (``docs/utility.md``): within 2× of the oracle wherever
-``m ≥ 20·log(1/δ)/ε``; never more than 1.05× global.
+the gate-size rule (``gamma="gates"``), the count release (``release="count"``), the
+public automatic choice between the last two (``release="auto"``), and global. Targets
+(``docs/utility.md``): within 2× of the oracle wherever ``m ≥ 20·log(1/δ)/ε``; never more
+than 1.05× global.
 
     python benchmarks/bench_utility.py --quick          # a subset, about a minute
     python benchmarks/bench_utility.py --medium         # the full grid at T = 3
@@ -74,6 +75,7 @@ def run(grid: dict, draws: int, seed: int) -> list[dict]:
                     for name, kw in (("brace_default", dict(method="brace", gamma=None)),
                                      ("brace_gates", dict(method="brace", gamma=g_gates)),
                                      ("brace_count", dict(method="brace", release="count")),
+                                     ("brace_auto", dict(method="brace", release="auto")),
                                      ("global", dict(method="global"))):
                         res = private_retrieve(mem, q, epsilon=eps, delta=DELTA, steps=T,
                                                kappa=math.inf, seed=seed, return_clean=True,
@@ -90,6 +92,7 @@ def run(grid: dict, draws: int, seed: int) -> list[dict]:
                           f"default x{row['brace_default_over_oracle']:.2f}  "
                           f"gates x{row['brace_gates_over_oracle']:.2f}  "
                           f"count x{row['brace_count_over_oracle']:.2f}  "
+                          f"auto x{row['brace_auto_over_oracle']:.2f}  "
                           f"(vs global: gates {row['brace_gates_over_global']:.3f}, count "
                           f"{row['brace_count_over_global']:.3f})", flush=True)
     return rows
@@ -98,7 +101,7 @@ def run(grid: dict, draws: int, seed: int) -> list[dict]:
 def summarise(rows: list[dict]) -> dict:
     eligible = [r for r in rows if r["gate"] >= r["m_min"]]
     out = {}
-    for name in ("brace_default", "brace_gates", "brace_count"):
+    for name in ("brace_default", "brace_gates", "brace_count", "brace_auto"):
         out[name] = dict(
             worst_over_oracle_where_m_ge_m_min=max((r[f"{name}_over_oracle"] for r in eligible),
                                                    default=math.nan),

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
+
+# The MNIST test split is not part of the repository; CI keeps it in ``shared/`` beside
+# the checkout. An explicit BRACE_MNIST_DIR wins; the MNIST tests skip without the data.
+_SHARED_MNIST = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mnist"
+if "BRACE_MNIST_DIR" not in os.environ and _SHARED_MNIST.is_dir():
+    os.environ["BRACE_MNIST_DIR"] = str(_SHARED_MNIST)
 
 
 def _mnist_dir_or_skip():

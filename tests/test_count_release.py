@@ -107,6 +107,7 @@ def test_noise_scale_is_post_processing_of_the_released_counts():
 
 @pytest.mark.parametrize("kw, match", [
     (dict(release="ptr"), "release must be"),
+    (dict(release="auto", method="global"), "BRACE choice"),
     (dict(release="count", method="global"), "BRACE release"),
     (dict(release="count", accounting="paper"), "BRACE release"),
 ])
@@ -115,3 +116,23 @@ def test_bad_release_arguments(kw, match):
     args = dict(method="brace", epsilon=2.0, delta=1e-5, steps=2, seed=0) | kw
     with pytest.raises(ValueError, match=match):
         private_retrieve(LSRMemory(X, radius=0.5), np.zeros((1, 2)), **args)
+
+
+def test_auto_release_picks_from_public_values_only():
+    """release='auto' compares the predicted noise/oracle ratios of the two modes
+    (public ε, δ, T, d, n): at d = 384, ε = 1 the count release wins by far."""
+    from brace.accounting import predicted_noise_ratio
+
+    w_s, worst_s, g = predicted_noise_ratio("smooth", 1.0, 1e-5, 3, dim=384, n=2000)
+    w_c, worst_c, _ = predicted_noise_ratio("count", 1.0, 1e-5, 3, dim=384, n=2000)
+    assert w_c < w_s and g > 0 and worst_s >= w_s and worst_c >= w_c
+    X = _cluster(300, 384, 2000, 0)
+    res = private_retrieve(LSRMemory(X, radius=0.5), np.zeros((2, 384)), method="brace",
+                           epsilon=1.0, delta=1e-5, steps=3, seed=0, release="auto")
+    assert res.params["release"] == "count" and res.params["release_rule"].startswith("auto")
+    other = private_retrieve(LSRMemory(_cluster(20, 384, 2000, 1), radius=0.5),
+                             np.zeros((2, 384)), method="brace", epsilon=1.0, delta=1e-5,
+                             steps=3, seed=0, release="auto")
+    assert other.params["release_rule"] == res.params["release_rule"]  # not the data
+    with pytest.raises(ValueError, match="release must be"):
+        predicted_noise_ratio("ptr", 1.0, 1e-5, 3, dim=2, n=100)

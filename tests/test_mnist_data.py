@@ -142,12 +142,11 @@ def test_env_var_is_used_and_checked(tmp_path, monkeypatch):
     assert find_mnist_dir() == tmp_path.resolve()
 
 
-def test_defaults_exhausted_lists_paths(tmp_path, monkeypatch, no_env):
-    monkeypatch.setattr(md, "_default_candidates", lambda: [tmp_path / "a", tmp_path / "b"])
+def test_no_directory_given_is_a_clear_error(no_env):
     with pytest.raises(FileNotFoundError) as info:
         find_mnist_dir()
     msg = str(info.value)
-    assert str(tmp_path / "a") in msg and str(tmp_path / "b") in msg and "--data-dir" in msg
+    assert "--data-dir" in msg and md.ENV_VAR in msg and "data_dir=None" in msg
 
 
 # --------------------------------------------------------------------------- splitting

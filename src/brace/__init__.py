@@ -1,8 +1,8 @@
 """brace: differentially private retrieval from dense associative memories.
 
-Main entry points: :class:`LSRMemory` / :class:`LSEMemory` (spec §1),
-:func:`private_retrieve` (BRACE and baselines, spec §2–§5),
-:mod:`brace.accounting` (spec §4).
+Main entry points: :class:`LSRMemory` / :class:`LSEMemory` (``docs/spec.md`` §1),
+:func:`private_retrieve` (BRACE and baselines, ``docs/spec.md`` §2–§5),
+:mod:`brace.accounting` (``docs/spec.md`` §4).
 """
 
 from .mechanisms import (

@@ -70,7 +70,8 @@ def load_npy(path: str | os.PathLike, name: str) -> np.ndarray:
     """Load a ``.npy`` (or the single array of a ``.npz``) with a clear error message."""
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"{name} file not found: {p}")
+        raise FileNotFoundError(f"{name} file not found: {p}; pass the path of an existing "
+                                ".npy file.")
     try:
         obj = np.load(p, allow_pickle=False)
     except Exception as exc:  # numpy raises several types for corrupt files

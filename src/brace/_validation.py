@@ -133,7 +133,10 @@ def as_float_array(name: str, x: Any) -> np.ndarray:
     arr = np.asarray(arr, dtype=np.float64, order="C")
     if not np.all(np.isfinite(arr)):
         bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
-        raise ValueError(f"{name} contains {bad} non-finite value(s) (NaN or inf).")
+        raise ValueError(
+            f"{name} contains {bad} non-finite value(s) (NaN or inf); every value must be "
+            "finite (drop or impute those rows)."
+        )
     return arr
 
 
@@ -161,7 +164,8 @@ def check_queries(queries: Any, dim: int, name: str = "queries") -> tuple[np.nda
         )
     if arr.shape[1] != dim:
         raise ValueError(
-            f"dimension mismatch: {name} have d = {arr.shape[1]} but the bank has d = {dim}."
+            f"dimension mismatch: {name} have d = {arr.shape[1]} but the bank has d = {dim}; "
+            f"{name} need one coordinate per bank column."
         )
     if arr.shape[0] == 0:
         raise ValueError(f"{name} is empty: need at least one query.")

@@ -12,7 +12,7 @@ The module follows Google ``dp-accounting`` in separating *describing* a release
 * :func:`calibrate` (built on :func:`calibrate_rho` and :func:`choose_gamma`) returns a
   frozen :class:`PrivacySpent` that says what a release spends.
 
-Notation (spec §2, §4). A step releases ``Q + ξ`` with ``ξ ~ N(0, s² I_d)`` and
+Notation (``docs/spec.md`` §2, §4). A step releases ``Q + ξ`` with ``ξ ~ N(0, s² I_d)`` and
 ``s = Δ̄ / sqrt(2ρ)``, where ``Δ̄`` bounds the sensitivity of ``Q``. With a fixed ``Δ̄``
 (γ = 0) this is the Gaussian mechanism, ρ-zCDP (Bun & Steinke 2016, Prop. 1.6) and
 ``(α, αρ)``-RDP for every α > 1 (Mironov 2017, §VI, Table II). With a smooth-sensitivity
@@ -91,6 +91,7 @@ __all__ = [
     "gate_factor",
     "calibrate",
     "calibrate_count",
+    "predicted_noise_ratio",
     "PrivacySpent",
     "format_spent",
     "ACCOUNTING_RULES",
@@ -261,7 +262,7 @@ def _smooth_step_rdp(a: np.ndarray, rho: float, gamma: float, dim: int) -> np.nd
 def smooth_gaussian_rdp(
     alpha: float | np.ndarray, rho: float, *, gamma: float = 0.0, dim: int = 1
 ) -> float | np.ndarray:
-    """RDP curve ``ε_step(α)`` of one smooth-sensitivity Gaussian step (spec §4).
+    """RDP curve ``ε_step(α)`` of one smooth-sensitivity Gaussian step (``docs/spec.md`` §4).
 
     The step adds ``N(0, s² I_d)`` with ``s = Δ̄/sqrt(2ρ)``, where ``Δ̄`` is a γ-smooth
     upper bound on the local sensitivity (Nissim, Raskhodnikova & Smith 2007)::
@@ -650,7 +651,10 @@ def _calibrate_rho(epsilon: float, delta: float, steps: int, dim: int, gamma: fl
                 break
             lo = hi
             if not math.isfinite(2.0 * lo):
-                raise ValueError(f"epsilon = {epsilon} is too large to calibrate.")
+                raise ValueError(
+                    f"epsilon = {epsilon} is too large to calibrate: the per-step rho "
+                    "overflows float64. Use a smaller epsilon."
+                )
     else:
         while True:
             lo = hi / 2.0
@@ -660,7 +664,7 @@ def _calibrate_rho(epsilon: float, delta: float, steps: int, dim: int, gamma: fl
             if lo < 1e-300:
                 raise ValueError(
                     f"epsilon = {epsilon} is too small for delta = {delta}: the required "
-                    "rho per step is below 1e-300."
+                    "rho per step is below 1e-300. Use a larger epsilon or delta."
                 )
     while math.log(hi / lo) > _RHO_RTOL:
         mid = math.sqrt(lo * hi)
@@ -697,7 +701,7 @@ def choose_gamma(
 ) -> float:
     """Data-independent smoothness: the largest γ whose calibrated ρ is ≥ ``fraction`` × ρ(γ=0).
 
-    Depends only on the public (ε, δ, T, d, fraction), never on the data (spec §4).
+    Depends only on the public (ε, δ, T, d, fraction), never on the data (``docs/spec.md`` §4).
     Because ``ε(ρ, γ)`` is nondecreasing in both arguments, ``calibrate_rho(γ) ≥ f·ρ_0``
     iff ``ε(f·ρ_0, γ) ≤ ε``, so the rule is a bisection on γ of one accounting call each
     (relative tolerance 1e-7, returning the feasible end).
@@ -899,6 +903,35 @@ class PrivacySpent:
 def format_spent(spent: PrivacySpent) -> str:
     """The readable multi-line summary printed by ``brace account`` (``str(spent)``)."""
     return str(spent)
+
+
+def predicted_noise_ratio(
+    release: str, epsilon: float, delta: float, steps: int, *, dim: int, n: int,
+) -> tuple[float, float, float | None]:
+    """Predicted step noise std / oracle over gates ``m ∈ [m_min, n]`` (public values only).
+
+    ``"smooth"``: with the gate-size γ (:func:`choose_gamma_for_gates`),
+    ``gate_factor(γ, m, n)·sqrt(ρ_0/ρ(γ))``. ``"count"``: with the median proposal
+    ``m − margin``, ``m/max(m − margin, 1)·sqrt(ρ_0/ρ_G)``. Returns the geometric mean over a
+    log grid of 40 gate sizes, the worst ratio, and the γ (None for the count release).
+    ``release="auto"`` picks the mode with the smaller geometric mean (``docs/utility.md``).
+    """
+    eps, dl, t, d, _ = _check_common(epsilon, delta, steps, dim, 0.0)
+    nn = check_int_at_least("n", n, 1)
+    m0 = int(min(max(math.ceil(GATE_RULE_MARGIN * math.log(1.0 / dl) / eps), 2), max(nn, 2)))
+    ms = np.unique(np.round(np.geomspace(m0, max(nn, m0), 40)))
+    rho0 = _calibrate_rho(eps, dl, t, d, 0.0)
+    if release == "smooth":
+        g = _gate_rule(eps, dl, t, d, nn, m0)
+        ratio = gate_factor(g, ms, nn) * math.sqrt(rho0 / _calibrate_rho(eps, dl, t, d, g))
+    elif release == "count":
+        s = calibrate_count(eps, dl, t, dim=d)
+        ratio = ms / np.maximum(ms - s.count_margin, 1.0) * math.sqrt(rho0 / s.rho_per_step)
+        g = None
+    else:
+        raise ValueError(f"release must be 'smooth' or 'count'; got {release!r}.")
+    return float(np.exp(np.mean(np.log(ratio)))), float(ratio.max()), g
+    raise ValueError(f"release must be 'smooth' or 'count'; got {release!r}.")
 
 
 COUNT_SHARE = 0.09  # default share of the per-step zCDP budget spent on the noisy count

@@ -1,4 +1,4 @@
-"""Built-in synthetic data (spec §7): the three-component mixture of paper §6.1.
+"""Built-in synthetic data (``docs/spec.md`` §7): the three-component mixture of paper §6.1.
 
 Two dominant Gaussian modes at ``(±1, 0)`` and a broader central component between
 them. The paper does not give the weights and spreads; the values below are this
@@ -37,7 +37,7 @@ class MixtureSpec:
         if np.any(w < 0) or not np.isclose(w.sum(), 1.0):
             raise ValueError(f"mixture weights must be >= 0 and sum to 1; got {w.tolist()}.")
         if np.any(sd <= 0):
-            raise ValueError("mixture stds must be > 0.")
+            raise ValueError(f"mixture stds must be > 0; got {sd.tolist()}.")
         return w, mu, sd
 
     def to_dict(self) -> dict:

@@ -1,11 +1,13 @@
-"""Private retrieval: BRACE and its baselines (spec §2, §3; proof in ``docs/privacy.md``).
+"""Private retrieval: BRACE and its baselines (``docs/spec.md`` §2–§3).
+
+The proof is in ``docs/privacy.md``.
 
 ``private_retrieve(memory, queries, method=…)`` releases, for each query ``q``:
 
 =========  ====================================================  ==========================
 method     release                                               noise std per step
 =========  ====================================================  ==========================
-brace      ``Y_t = Π_{B̄(q,(t+1)r)}(Q_t + ξ_t)`` (spec §3)          ``Δ̄_t / sqrt(2ρ_t)``
+brace      ``Y_t = Π_{B̄(q,(t+1)r)}(Q_t + ξ_t)`` (``docs/spec.md`` §3)          ``Δ̄_t / sqrt(2ρ_t)``
 global     ``Y_t = Π(Φ_D(Y_{t-1}) + ξ_t)``                        ``2r / sqrt(2ρ_t)``
 endpoint   ``Y = Π(z_T + ξ)`` (one release)                       ``2Tr / sqrt(2ρ)``
 naive      ``Y_t = Π(Φ_D(Y_{t-1}) + ξ_t)`` — **NOT DP**           ``2r/max(1,m_t) / sqrt(2ρ_t)``
@@ -40,7 +42,7 @@ from ._validation import (
     check_rng,
     check_steps,
 )
-from .accounting import calibrate_count, choose_gamma_for_gates
+from .accounting import calibrate_count, choose_gamma_for_gates, predicted_noise_ratio
 from .memory import LSRMemory
 from .sensitivity import (
     CleanTrajectoryBound,
@@ -283,7 +285,7 @@ def private_retrieve(
         corrects; κ = 0 corrects whenever the gates differ. The default is the paper's
         MNIST value: with the output projection and ``κ ≥ (2T+1)²/T`` (T ≤ 7 for 128)
         no step activates and BRACE is smooth-sensitivity private mean shift. Smaller κ
-        enables the boundary correction, but its certificate (spec §5b) grows quickly
+        enables the boundary correction, but its certificate (``docs/spec.md`` §5 (b)) grows quickly
         with t; in the synthetic and theory experiments its sensitivity cost exceeded
         its benefit (``docs/experiments.md``).
     gamma : float, None or "gates"
@@ -305,14 +307,17 @@ def private_retrieve(
         the paper's naive-vs-BRACE comparison.
     return_clean : bool
         Also return the noiseless trajectory (NOT private; for evaluation only).
-    release : {"smooth", "count"}, default "smooth"
+    release : {"smooth", "count", "auto"}, default "smooth"
         BRACE only. ``"smooth"``: the smooth-sensitivity certificate (Δ̄_t, γ).
         ``"count"``: the dimension-free count release (``docs/privacy-accounting.md`` §9):
         each step releases a noisy gate count ``m̃_t`` (pure DP, two-sided geometric), which
         proposes the public sensitivity ``b_t = 2r/max(m̃_t − margin, 1)``, then adds
         Gaussian noise of std ``b_t/sqrt(2ρ_G)``; no variance mismatch, so the cost does not
         grow with d. No boundary correction (κ is ignored). The noisy counts are part of the
-        release (``released_counts``).
+        release (``released_counts``). ``"auto"``: whichever of ``"count"`` and
+        ``"smooth"`` with ``gamma="gates"`` has the smaller predicted worst noise/oracle
+        ratio over gate sizes (:func:`brace.accounting.predicted_noise_ratio`; public
+        ε, δ, T, d, n only); the choice is recorded in ``params["release_rule"]``.
 
     Returns
     -------
@@ -321,7 +326,7 @@ def private_retrieve(
     Notes
     -----
     Privacy is per query: each query's release is (ε, δ)-DP with respect to replacing
-    one memory. Answering several queries on the same bank composes (spec §4).
+    one memory. Answering several queries on the same bank composes (``docs/spec.md`` §4).
     """
     if not isinstance(memory, LSRMemory):
         raise TypeError(f"memory must be an LSRMemory; got {type(memory).__name__}.")
@@ -368,8 +373,22 @@ def private_retrieve(
             NotPrivateWarning,
             stacklevel=2,
         )
-    if release not in ("smooth", "count"):
-        raise ValueError(f"release must be 'smooth' or 'count'; got {release!r}.")
+    if release not in ("smooth", "count", "auto"):
+        raise ValueError(f"release must be 'smooth', 'count' or 'auto'; got {release!r}.")
+    release_rule = "given"
+    if release == "auto":
+        if method != "brace" or accounting != "rdp":
+            raise ValueError("release='auto' is a BRACE choice with accounting='rdp'; got "
+                             f"method={method!r}, accounting={accounting!r}.")
+        # public: the predicted noise/oracle ratio of each mode over the gate sizes
+        w_smooth, _, g_smooth = predicted_noise_ratio("smooth", eps, dlt, T, dim=d,
+                                                      n=X.shape[0])
+        w_count, _, _ = predicted_noise_ratio("count", eps, dlt, T, dim=d, n=X.shape[0])
+        release = "count" if w_count < w_smooth else "smooth"
+        if release == "smooth":
+            gamma, gamma_rule = g_smooth, "gates"
+        release_rule = (f"auto (predicted noise/oracle, geometric mean over gate sizes: "
+                        f"smooth {w_smooth:.3g}, count {w_count:.3g})")
     count_noise = None
     if release == "count":
         if method != "brace" or accounting != "rdp":
@@ -390,6 +409,8 @@ def private_retrieve(
         "kappa": kap,
         "gamma": spent.gamma,
         "gamma_rule": gamma_rule if method == "brace" else "none (fixed sensitivity)",
+        "release": release if method == "brace" else "fixed sensitivity",
+        "release_rule": release_rule,
         "steps": T,
         "output_projection": bool(output_projection),
         "seed": seed if isinstance(seed, int | type(None)) else repr(seed),
@@ -550,7 +571,7 @@ def _iterative(
     num = Numerics(n, d, r, T)
     qscale = np.abs(q).max(axis=1)
     num.check(qscale + (T + 1) * r)
-    # Public shortcut (spec §5 corollary): with the projection, ‖q - Y_{t-1}‖ ≤ t r (up to
+    # Public shortcut (``docs/spec.md`` §5): with the projection, ‖q - Y_{t-1}‖ ≤ t r (up to
     # rounding), so the public activation bound is at most b3_max below; if θ exceeds it
     # (κ a hair above (2T+1)²/T), no bank activates.
     never_activates = not math.isfinite(theta) or count_noise is not None
@@ -599,7 +620,7 @@ def _iterative(
             m_t = gp.counts[:Q]
             gate_clean[:, t - 1] = gp.counts[Q:]
             inter[:, t - 1] = gp.pair_counts
-            R_t = z[:, t] - a_t  # identity R_t = z_t - a_t (spec §3 step 2)
+            R_t = z[:, t] - a_t  # identity R_t = z_t - a_t (``docs/spec.md`` §3 step 2)
             rn = np.linalg.norm(R_t, axis=1)
             rnorm[:, t - 1] = rn
         else:

@@ -1,8 +1,8 @@
 """Dense associative memories: LSR (log-sum-ReLU / Epanechnikov) and LSE energies.
 
-Spec §1. A bank ``D = (X_1, …, X_n)`` is an ``(n, d)`` float32 or float64 array (an
-in-memory array, a ``numpy.memmap`` or a row-chunked ``dask.array.Array``; docs/scale.md),
-used in place without a copy. Centres, outputs and sums are float64.
+``docs/spec.md`` §1. A bank ``D = (X_1, …, X_n)`` is an ``(n, d)`` float32 or float64
+array (an in-memory array, a ``numpy.memmap`` or a row-chunked ``dask.array.Array``;
+docs/scale.md), used in place without a copy. Centres, outputs and sums are float64.
 
 * LSR energy, ``β > 0``, support radius ``r = sqrt(2/β)``::
 
@@ -567,7 +567,7 @@ KDTREE_MIN_ROWS = 4096  # ... and at least this many rows
 
 
 class LSRMemory(_MemoryBase):
-    """Log-sum-ReLU (Epanechnikov) dense associative memory (spec §1).
+    """Log-sum-ReLU (Epanechnikov) dense associative memory (``docs/spec.md`` §1).
 
     Parameters
     ----------
@@ -734,7 +734,7 @@ class LSRMemory(_MemoryBase):
 
 
 class LSEMemory(_MemoryBase):
-    """Log-sum-exp (modern Hopfield) memory, for comparison (spec §1).
+    """Log-sum-exp (modern Hopfield) memory, for comparison (``docs/spec.md`` §1).
 
     ``E_LSE(z) = -(1/β) log Σ_i exp(β zᵀX_i)``; update ``z ← softmax(β X z)ᵀ X``,
     computed with a streaming (blockwise) log-sum-exp, so ``β·‖x‖`` of order 1e3 or

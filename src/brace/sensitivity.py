@@ -105,7 +105,10 @@ class Numerics:
         rounding of the projection and of ``a + R``, and the grid.
         """
         scale = np.asarray(scale, dtype=np.float64)
-        mb = np.vectorize(lambda s: mean_rounding_bound(self.n, self.d, self.r, float(s)))(scale)
+        # mean_rounding_bound is affine in the scale: c·(scale + r⁺)
+        c = mean_rounding_bound(self.n, self.d, self.r, 0.0) / (
+            self.r * (1.0 + 4.0 * (self.d + 2) * _U))
+        mb = c * (scale + self.r * (1.0 + 4.0 * (self.d + 2) * _U))
         norms = 8.0 * (self.d + 3) * _U * (2 * self.T + 3) * self.r
         proj = 8.0 * _U * math.sqrt(self.d) * (scale + 3.0 * self.r)
         return 1.001 * (2.0 * mb + self.tau + norms + proj) + 2.0 * self.g
@@ -122,7 +125,10 @@ class Numerics:
                 f"offset) or rescale them."
             )
         if (self.d + 3) * _U * 12.0 > 0.25 * TAU_REL:
-            raise ValueError(f"dimension d = {self.d} is too large for the certificate.")
+            raise ValueError(
+                f"dim must be at most about 10^6 for the certificate's distance margin; "
+                f"got d = {self.d}. Reduce the dimension (e.g. project the bank)."
+            )
 
     def up(self, x: np.ndarray | float) -> np.ndarray:
         """``⌈x / g⌉`` as int64 (an upper bound in grid units; ``x / g`` is exact)."""

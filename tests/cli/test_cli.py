@@ -139,6 +139,8 @@ def test_synthetic_experiment_quick(tmp_path, capsys):
     assert labels["naive (NOT DP)"]["private"] is False
     assert all(r["private"] for k, r in labels.items() if k != "naive (NOT DP)")
     assert len(s["highlighted_run"]["table"]) == 5
+    # squared errors: the interval of the mean never goes below 0
+    assert all(0 <= r["lo"] <= r["mean"] <= r["hi"] for r in s["summary"])
     assert not list(out.glob(".*.tmp"))
 
 

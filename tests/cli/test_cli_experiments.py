@@ -94,3 +94,21 @@ def test_theory_quick_items_subset_and_cli_error(tmp_path, capsys):
                  "--replications", "1"]) == 2
     assert "replications" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
+
+
+def test_switching_quick_writes_json_and_figure(tmp_path):
+    """``brace experiment switching --quick``: a JSON record with every cell and method,
+    fractions in [0, 1], the naive baseline labelled NOT DP, and the figure."""
+    import json
+
+    out = tmp_path / "sw"
+    assert main(["experiment", "switching", "--quick", "--out", str(out), "--no-progress"]) == 0
+    rec = json.loads((out / "switching.json").read_text())
+    assert "NOT DP" in rec["methods"]["naive"]
+    assert len(rec["cells"]) == 2 * 2 * 2  # ε × distances × accountings at n = 256
+    for c in rec["cells"]:
+        for k in rec["methods"]:
+            assert 0.0 <= c[k] <= 1.0
+        assert c["brace_best"] <= min(c["by_kappa"][f"{k:g}"] for k in (0.0, 10.0))
+    assert (out / "switching.png").stat().st_size > 0
+    assert rec["versions"]["numpy"]

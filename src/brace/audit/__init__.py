@@ -3,8 +3,9 @@
 The proof in ``docs/privacy.md`` is the guarantee; the audit tests that the *code*
 matches it, in the style of DP-Sniper (Bichsel et al. 2021) and of the auditing papers
 of Jagielski et al. (2020) and Nasr et al. (2021). For a mechanism configuration, a
-public query ``q`` and a pair of neighbouring banks ``D ~ D'`` (one replaced row, spec
-§1), the mechanism is run many times on each bank and a threshold test on a statistic
+public query ``q`` and a pair of neighbouring banks ``D ~ D'`` (one replaced row,
+``docs/spec.md`` §1), the mechanism is run many times on each bank and a threshold test on a
+statistic
 ``S`` of the release decides "D" or "D'". If the mechanism is (ε, δ)-DP then for every
 threshold τ (with ``FPR = P_D(S > τ)``, ``FNR = P_{D'}(S ≤ τ)``)::
 
@@ -18,7 +19,7 @@ so with one-sided Clopper–Pearson upper confidence bounds ``FPR_U ≥ FPR``, `
 Statistic (default). The exact log-likelihood ratio of the released trajectory,
 ``S(Y) = log p_{D'}(Y_{1:T}) − log p_D(Y_{1:T})``. Given the public history ``Y_{<t}``,
 step ``t`` of an iterative method releases ``Y_t ~ N(μ_t(D; Y_{<t}), s_t(D; Y_{<t})² I_d)``
-(spec §3 steps 4–5), so::
+(``docs/spec.md`` §3 steps 4–5), so::
 
     log p_D(Y) = Σ_t [ −‖Y_t − μ_t(D)‖² / (2 s_t(D)²) − d·log s_t(D) ] + const,
 

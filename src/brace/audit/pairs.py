@@ -220,7 +220,7 @@ def _replaced(X: np.ndarray, pair: Pair) -> np.ndarray:
 
 def _given_pair(X: np.ndarray, q: np.ndarray, r: float, replacement: Any) -> Pair:
     if not isinstance(replacement, tuple | list) or len(replacement) != 2:
-        raise TypeError("replacement must be a pair (row, value).")
+        raise TypeError(f"replacement must be a pair (row, value); got {replacement!r}.")
     row, value = replacement
     n, d = X.shape
     row = check_int_at_least("replacement row", row, 0)
@@ -233,7 +233,10 @@ def _given_pair(X: np.ndarray, q: np.ndarray, r: float, replacement: Any) -> Pai
     if v.size != d:
         raise ValueError(f"replacement value must have d = {d} entries; got {v.size}.")
     if not np.all(np.isfinite(v)):
-        raise ValueError("replacement value contains non-finite values (NaN or inf).")
+        raise ValueError(
+            f"replacement value contains non-finite values (NaN or inf): {v.tolist()}; "
+            "every entry must be finite."
+        )
     Xp = X.copy()
     Xp[row] = v
     gate = (int((np.sum((X - q) ** 2, axis=1) <= r * r).sum()),

@@ -17,7 +17,7 @@ __all__ = ["ReportConfig", "report_bank", "report_cases", "report", "format_repo
 
 @dataclass(frozen=True)
 class ReportConfig:
-    """The report of issue 7: BRACE (κ ∈ {0, 128}), global, endpoint at ε ∈ {1, 4} and
+    """The standard audit report: BRACE (κ ∈ {0, 128}), global, endpoint at ε ∈ {1, 4} and
     the naive baseline, on small banks in d ∈ {1, 2}, plus a broken-noise self-check."""
 
     n_runs: int = 100_000

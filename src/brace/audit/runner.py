@@ -30,7 +30,10 @@ def _validate_statistic(vals: Any, n: int) -> np.ndarray:
     if v.size != n:
         raise ValueError(f"statistic must return one value per run ({n}); got {v.size}.")
     if np.any(np.isnan(v)):
-        raise ValueError("statistic returned NaN.")
+        raise ValueError(
+            f"statistic must return numbers, not NaN; got {int(np.isnan(v).sum())} NaN "
+            f"value(s) in {n} runs. Fix the statistic (e.g. guard its logarithms)."
+        )
     return v
 
 
@@ -103,7 +106,10 @@ def audit(
             released = out_d[pick, : cfg.steps - 1].reshape(-1, d)
         pairs = candidate_pairs(X, q, cfg, released=released, rng=gen_cand)
         if not pairs:
-            raise ValueError("the pair finder found no neighbouring bank that differs from D.")
+            raise ValueError(
+                "the pair finder found no neighbouring bank that differs from D; pass "
+                "replacement=(row, value) to audit a given neighbour."
+            )
         say(f"screening {len(pairs)} candidate pairs x {cfg.n_screen} runs")
         ld = None if statistic is not None else _log_density(D, setup, out_d)
         screen_scores = []

@@ -26,7 +26,7 @@ def clopper_pearson_upper(k: Any, n: Any, alpha: float) -> np.ndarray:
     k = np.asarray(k, dtype=np.float64)
     n = np.asarray(n, dtype=np.float64)
     if np.any(~np.isfinite(k)) or np.any(~np.isfinite(n)):
-        raise ValueError("clopper_pearson_upper: k and n must be finite.")
+        raise ValueError(f"clopper_pearson_upper: k and n must be finite; got k={k}, n={n}.")
     if np.any(n < 1) or np.any(k < 0) or np.any(k > n):
         raise ValueError(f"clopper_pearson_upper needs 0 <= k <= n and n >= 1; got k={k}, n={n}.")
     full = k >= n
@@ -50,7 +50,10 @@ def epsilon_lower_bound(fpr_upper: Any, fnr_upper: Any, delta: float) -> np.ndar
     p = np.asarray(fpr_upper, dtype=np.float64)
     f = np.asarray(fnr_upper, dtype=np.float64)
     if np.any(~((p >= 0) & (p <= 1))) or np.any(~((f >= 0) & (f <= 1))):
-        raise ValueError("epsilon_lower_bound: rates must lie in [0, 1].")
+        raise ValueError(
+            "epsilon_lower_bound: the rates fpr_upper and fnr_upper must lie in [0, 1]; got "
+            f"fpr_upper={p}, fnr_upper={f}."
+        )
     return np.maximum(_log_ratio(1.0 - dl - f, p), _log_ratio(1.0 - dl - p, f))
 
 
@@ -99,9 +102,15 @@ def certify_thresholds(
     s0 = np.asarray(stat_d, dtype=np.float64).ravel()
     s1 = np.asarray(stat_dprime, dtype=np.float64).ravel()
     if s0.size == 0 or s1.size == 0:
-        raise ValueError("certify_thresholds needs at least one run on each bank.")
+        raise ValueError(
+            "certify_thresholds needs at least one run on each bank; got "
+            f"{s0.size} value(s) in stat_d and {s1.size} in stat_dprime."
+        )
     if np.any(np.isnan(s0)) or np.any(np.isnan(s1)):
-        raise ValueError("the statistic contains NaN values.")
+        raise ValueError(
+            "stat_d and stat_dprime must not contain NaN; got "
+            f"{int(np.isnan(s0).sum())} and {int(np.isnan(s1).sum())} NaN value(s)."
+        )
     tau = np.atleast_1d(np.asarray(thresholds, dtype=np.float64))
     fp, fn = error_counts(s0, s1, tau)
     fpr_u = clopper_pearson_upper(fp, s0.size, a)

@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import __version__
 from . import account, audit, experiment, retrieve, uq
+from ._args import HelpFormatter
 
 __all__ = ["main", "build_parser", "EXPECTED_ERRORS"]
 
@@ -26,6 +27,10 @@ EXPECTED_ERRORS = (ValueError, TypeError, FileNotFoundError, PermissionError, OS
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:  # every (sub-)parser shows the defaults
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> None:  # one clear line, exit 2
         self.exit(2, f"{self.prog}: error: {message}\n")
 

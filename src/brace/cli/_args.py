@@ -21,6 +21,7 @@ from ..mechanisms import DEFAULT_KAPPA
 
 __all__ = [
     "DEFAULT_DELTA",
+    "HelpFormatter",
     "finite_float",
     "gamma_arg",
     "parse_vector",
@@ -31,6 +32,28 @@ __all__ = [
 ]
 
 DEFAULT_DELTA = 1e-5
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every flag's help shows its default: ``(default: X)`` is appended unless the help
+    already names it; a switch reads ``(default: off)``, a required flag ``(required)``.
+
+    A flag whose default is ``None`` must say in its own help what happens when it is not
+    given (``tests/cli/test_cli_help.py`` checks every flag of every command).
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        help_text = action.help or ""
+        if not action.option_strings or "default" in help_text.lower() or \
+                action.default is argparse.SUPPRESS:
+            return help_text
+        if action.required:
+            return f"{help_text} (required)".strip()
+        if isinstance(action, argparse._StoreTrueAction):
+            return f"{help_text} (default: off)".strip()
+        if action.default is None:
+            return help_text
+        return f"{help_text} (default: %(default)s)".strip()
 
 
 def finite_float(text: str) -> float:
@@ -61,37 +84,46 @@ def parse_vector(text: str, name: str) -> np.ndarray:
 
 
 def add_memory_arguments(p: argparse.ArgumentParser, *, required: bool = True,
-                         queries: str = "queries") -> None:
-    """``--bank``, ``--queries`` (or ``--query``), ``--beta | --radius`` and ``--steps``."""
-    p.add_argument("--bank", required=required, help="(n, d) memory bank, .npy")
+                         queries: str = "queries", when: str = "") -> None:
+    """``--bank``, ``--queries`` (or ``--query``), ``--beta | --radius`` and ``--steps``.
+
+    With ``required=False``, ``when`` says when they are needed (e.g. "unless --report").
+    """
+    need = "" if required else f" (no default: required {when})".replace(" )", ")")
+    p.add_argument("--bank", required=required, help="(n, d) memory bank, .npy" + need)
     if queries == "queries":
-        p.add_argument("--queries", required=required, help="(Q, d) or (d,) queries, .npy")
+        p.add_argument("--queries", required=required,
+                       help="(Q, d) or (d,) queries, .npy" + need)
     else:
-        p.add_argument("--query", required=required, help="one query, (d,) or (1, d), .npy")
+        p.add_argument("--query", required=required,
+                       help="one query, (d,) or (1, d), .npy" + need)
     g = p.add_mutually_exclusive_group(required=required)
-    g.add_argument("--beta", type=finite_float, help="inverse temperature β > 0")
-    g.add_argument("--radius", type=finite_float, help="support radius r = sqrt(2/β)")
-    p.add_argument("--steps", type=int, required=required, help="horizon T >= 1")
+    one = f" (no default: give --beta or --radius{', ' + when if when else ''})"
+    g.add_argument("--beta", type=finite_float, help="inverse temperature β > 0" + one)
+    g.add_argument("--radius", type=finite_float, help="support radius r = sqrt(2/β)" + one)
+    p.add_argument("--steps", type=int, required=required, help="horizon T >= 1" + need)
 
 
 def add_mechanism_arguments(
     p: argparse.ArgumentParser, *, methods: Sequence[str], default: str | None,
     epsilon_required: bool = False, output_projection: bool = True,
-    unset_defaults: bool = False,
+    unset_defaults: bool = False, when: str = "",
 ) -> None:
     """``--method`` and the private-retrieval parameters of :func:`private_retrieve`.
 
     With ``unset_defaults`` every parameter defaults to ``None`` (so the command can tell
     whether it was given) and the command applies the defaults named in the help.
+    ``when`` says when a ``--method`` without default is needed (e.g. "unless --report").
     """
     def dflt(value):
         return None if unset_defaults else value
 
     p.add_argument("--method", default=default, choices=list(methods),
                    help=("'naive' is NOT differentially private (baseline only)"
-                         + (f"; default {default}" if default is not None else "")))
+                         + (f"; default {default}" if default is not None
+                            else f" (no default: required {when})".replace(" )", ")"))))
     p.add_argument("--epsilon", type=finite_float, required=epsilon_required,
-                   help="ε > 0 (private methods)")
+                   help="ε > 0 (no default: required by the private methods)")
     p.add_argument("--delta", type=finite_float, default=dflt(DEFAULT_DELTA),
                    help=f"δ in (0, 1) (default {DEFAULT_DELTA:g})")
     p.add_argument("--kappa", type=finite_float, default=dflt(DEFAULT_KAPPA),
@@ -102,7 +134,8 @@ def add_mechanism_arguments(
     p.add_argument("--accounting", choices=list(ACCOUNTING_RULES), default=dflt("rdp"),
                    help="privacy accounting (default rdp)")
     if output_projection:
-        p.add_argument("--no-output-projection", action="store_true")
+        p.add_argument("--no-output-projection", action="store_true",
+                       help="do not project each release onto B̄(q, (t+1)r)")
 
 
 def check_output_file(path: Path) -> None:

@@ -17,10 +17,10 @@ def add_parser(sub) -> None:
         "account",
         help="calibrate per-step noise for a target (ε, δ) and print what is spent",
     )
-    p.add_argument("--epsilon", type=finite_float, required=True)
-    p.add_argument("--delta", type=finite_float, required=True)
-    p.add_argument("--steps", type=int, required=True)
-    p.add_argument("--dim", type=int, required=True)
+    p.add_argument("--epsilon", type=finite_float, required=True, help="target ε > 0")
+    p.add_argument("--delta", type=finite_float, required=True, help="target δ in (0, 1)")
+    p.add_argument("--steps", type=int, required=True, help="number of released steps T")
+    p.add_argument("--dim", type=int, required=True, help="dimension d of each release")
     p.add_argument(
         "--gamma",
         type=gamma_arg,

@@ -39,16 +39,18 @@ def add_parser(sub) -> None:
     d = AuditConfig()
     p.add_argument("--report", action="store_true",
                    help="run the audit report (built-in banks); --out is a directory")
-    add_memory_arguments(p, required=False, queries="query")
+    add_memory_arguments(p, required=False, queries="query", when="unless --report")
     add_mechanism_arguments(p, methods=METHODS, default=None, output_projection=False,
-                            unset_defaults=True)
+                            unset_defaults=True, when="unless --report")
     p.add_argument("--noise-scale-factor", type=finite_float, default=None,
                    help="multiply the noise std (e.g. 0.5: a deliberately broken mechanism; "
                    "default 1)")
     p.add_argument("--replace-row", type=int, default=None,
-                   help="audit only the neighbour with this row replaced")
+                   help="audit only the neighbour with this row replaced (default: search "
+                   "for the most distinguishable pair)")
     p.add_argument("--replace-value", default=None,
-                   help="comma-separated new value of --replace-row")
+                   help="comma-separated new value of --replace-row (no default: required with "
+                   "--replace-row)")
     p.add_argument("--runs", type=int, default=None,
                    help=f"fresh runs per bank (default {d.n_runs}; report: "
                    f"{ReportConfig.n_runs})")
@@ -59,8 +61,9 @@ def add_parser(sub) -> None:
                    help=f"1 - confidence (default {d.alpha:g})")
     p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     p.add_argument("--out", default=None,
-                   help="JSON result file (single audit) or output directory (--report)")
-    p.add_argument("--no-progress", action="store_true")
+                   help="JSON result file (single audit) or output directory (--report) "
+                   "(default: print only)")
+    p.add_argument("--no-progress", action="store_true", help="no progress messages")
     p.set_defaults(func=run)
 
 

@@ -14,7 +14,7 @@ from ._args import finite_float
 
 __all__ = ["add_parser", "EXPERIMENTS"]
 
-EXPERIMENTS = ("synthetic", "mnist", "coverage", "theory")
+EXPERIMENTS = ("synthetic", "mnist", "coverage", "theory", "switching")
 
 
 def add_parser(sub) -> None:
@@ -26,6 +26,7 @@ def add_parser(sub) -> None:
     _add_mnist(exp_sub)
     _add_coverage(exp_sub)
     _add_theory(exp_sub)
+    _add_switching(exp_sub)
 
 
 # ------------------------------------------------------------------------ synthetic
@@ -41,16 +42,19 @@ def _add_synthetic(sub) -> None:
     )
     d = synthetic.SyntheticConfig()
     p.add_argument("--out", default="runs/synthetic", help="output directory")
-    p.add_argument("--replications", type=int, default=d.replications)
-    p.add_argument("--candidates", type=int, default=d.candidates)
-    p.add_argument("--epsilon", type=finite_float, default=d.epsilon)
-    p.add_argument("--delta", type=finite_float, default=d.delta)
+    p.add_argument("--replications", type=int, default=d.replications,
+                   help="seeds of the multi-seed summary")
+    p.add_argument("--candidates", type=int, default=d.candidates,
+                   help="queries searched for the highlighted boundary-switching run")
+    p.add_argument("--epsilon", type=finite_float, default=d.epsilon, help="target ε")
+    p.add_argument("--delta", type=finite_float, default=d.delta, help="target δ")
     p.add_argument("--kappa", type=finite_float, default=d.kappa,
                    help=f"κ of the highlighted run (default {d.kappa:g})")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--data-seed", type=int, default=d.data_seed)
-    p.add_argument("--accounting", choices=["rdp", "paper"], default=d.accounting)
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of the noise")
+    p.add_argument("--data-seed", type=int, default=d.data_seed, help="seed of the bank")
+    p.add_argument("--accounting", choices=["rdp", "paper"], default=d.accounting,
+                   help="privacy accounting")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run_synthetic)
 
 
@@ -76,14 +80,14 @@ def _add_mnist(sub) -> None:
     p = sub.add_parser(
         "mnist",
         help="corrupted-MNIST retrieval (paper §6.2): full grid, or --quick",
-        description="Corrupted-MNIST retrieval (paper §6.2, spec §7): 2-D VAE+PCA features, "
+        description="Corrupted-MNIST retrieval (paper §6.2, docs/spec.md §7): 2-D VAE+PCA "
+        "features, "
         "q = x + 3u, the 48 β × T × ε grid for BRACE, global, endpoint, naive (NOT DP) and "
         "noiseless; results.jsonl (resumable), tables and Figs. 2-4 in --out.",
     )
     p.add_argument("--data-dir", default=None,
                    help="directory with t10k-images-idx3-ubyte(.gz) and t10k-labels-idx1-ubyte"
-                   "(.gz) (default: $BRACE_MNIST_DIR, else ../shared/data/mnist beside the "
-                   "checkout)")
+                   "(.gz); required unless $BRACE_MNIST_DIR is set (default: $BRACE_MNIST_DIR)")
     p.add_argument("--out", default="runs/mnist", help="output directory (resumable)")
     p.add_argument("--quick", action="store_true",
                    help="tiny VAE, 6 β, T=3, ε=64, R=2 (smoke test, < 2 min)")
@@ -93,8 +97,9 @@ def _add_mnist(sub) -> None:
                    help="noise draws per query (default 10; 2 with --quick)")
     p.add_argument("--seed", type=int, default=PAPER_SEED,
                    help="seed of the query corruption and the noise")
-    p.add_argument("--accounting", choices=["rdp", "paper"], default="rdp")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--accounting", choices=["rdp", "paper"], default="rdp",
+                   help="privacy accounting")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run_mnist)
 
 
@@ -118,7 +123,7 @@ def _add_coverage(sub) -> None:
 
     p = sub.add_parser(
         "coverage",
-        help="coverage study of the UQ confidence regions (spec §6)",
+        help="coverage study of the UQ confidence regions (docs/spec.md §6)",
         description=coverage.__doc__.split("\n\n")[0],
     )
     d = coverage.CoverageConfig()
@@ -126,21 +131,29 @@ def _add_coverage(sub) -> None:
     p.add_argument("--out", default="runs/coverage", help="output directory")
     p.add_argument("--quick", action="store_true",
                    help=f"small smoke run ({quick['replications']} banks, n in {quick['ns']})")
-    p.add_argument("--replications", type=int, default=None)
-    p.add_argument("--ns", type=int, nargs="+", default=None)
-    p.add_argument("--epsilons", type=finite_float, nargs="+", default=None)
-    p.add_argument("--horizons", type=int, nargs="+", default=None)
+    p.add_argument("--replications", type=int, default=None,
+                   help=f"banks per cell (default {d.replications}; --quick: "
+                   f"{quick['replications']})")
+    p.add_argument("--ns", type=int, nargs="+", default=None,
+                   help=f"bank sizes (default {' '.join(map(str, d.ns))}; --quick: "
+                   f"{' '.join(map(str, quick['ns']))})")
+    p.add_argument("--epsilons", type=finite_float, nargs="+", default=None,
+                   help=f"budgets ε (default {' '.join(f'{e:g}' for e in d.epsilons)})")
+    p.add_argument("--horizons", type=int, nargs="+", default=None,
+                   help=f"horizons T (default {' '.join(map(str, d.horizons))})")
     p.add_argument("--kappa", type=finite_float, default=d.kappa,
                    help=f"BRACE activation κ (default {d.kappa:g})")
     p.add_argument("--gamma-fraction", type=finite_float, default=d.gamma_fraction,
-                   help="γ = choose_gamma(…, fraction); 0.9 is the library default")
+                   help=f"γ = choose_gamma(…, fraction) (default {d.gamma_fraction:g}; the "
+                   "library's own default is 0.9)")
     p.add_argument("--method", choices=["brace", "global", "endpoint", "naive"],
-                   default=d.method)
+                   default=d.method, help="mechanism ('naive' is NOT differentially private)")
     p.add_argument("--privacy", choices=["auto", "linear", "simulate"], default=d.privacy,
                    help="privacy part of the UQ (brace.uq.analyze)")
-    p.add_argument("--n-sim", type=int, default=d.n_sim)
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--n-sim", type=int, default=d.n_sim,
+                   help="simulated releases of the privacy part")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of banks and noise")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run_coverage)
 
 
@@ -184,9 +197,9 @@ def _add_theory(sub) -> None:
                    help=f"comma-separated subset of {','.join(items)}")
     p.add_argument("--replications", type=int, default=None,
                    help=f"queries per cell for items 1-3 (default {d.replications})")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--data-seed", type=int, default=d.data_seed)
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of the noise")
+    p.add_argument("--data-seed", type=int, default=d.data_seed, help="seed of the banks")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run_theory)
 
 
@@ -200,4 +213,40 @@ def run_theory(args: argparse.Namespace) -> int:
         over["replications"] = args.replications
     cfg = quick_config(**over) if args.quick else dataclasses.replace(TheoryConfig(), **over)
     run_theory(cfg, args.out, items=items, progress=not args.no_progress)
+    return 0
+
+
+# ------------------------------------------------------------------------ switching
+
+
+def _add_switching(sub) -> None:
+    from ..experiments import switching
+
+    p = sub.add_parser(
+        "switching",
+        help="phase diagram of ending in the wrong mode: naive (NOT DP), BRACE κ = ∞ / 0 / "
+        "best, global, over ε, n and the query's distance to the separatrix",
+        description=switching.__doc__.split("\n\n")[0],
+    )
+    d = switching.SwitchingConfig()
+    p.add_argument("--out", default="runs/switching", help="output directory")
+    p.add_argument("--quick", action="store_true",
+                   help="small sizes (2 ε, n = 256, 2 distances, 20 runs)")
+    p.add_argument("--runs", type=int, default=None,
+                   help=f"releases per cell (default {d.runs}; --quick: 20)")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of the noise")
+    p.add_argument("--data-seed", type=int, default=d.data_seed, help="seed of the banks")
+    p.add_argument("--no-progress", action="store_true", help="no progress lines")
+    p.set_defaults(func=run_switching)
+
+
+def run_switching(args: argparse.Namespace) -> int:
+    """Carry out ``brace experiment switching``."""
+    from ..experiments.switching import SwitchingConfig, run_switching
+
+    cfg = SwitchingConfig.quick_config() if args.quick else SwitchingConfig()
+    over: dict[str, Any] = {"seed": args.seed, "data_seed": args.data_seed}
+    if args.runs is not None:
+        over["runs"] = args.runs
+    run_switching(dataclasses.replace(cfg, **over), args.out, progress=not args.no_progress)
     return 0

@@ -31,7 +31,8 @@ def add_parser(sub) -> None:
         help="also write/print per-step diagnostics (gate counts, noise std, smooth "
         "sensitivity): data-dependent and NOT covered by epsilon",
     )
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the noise (default: fresh OS entropy, not reproducible)")
     p.set_defaults(func=run)
 
 

@@ -30,9 +30,11 @@ def add_parser(sub) -> None:
     add_memory_arguments(p)
     add_mechanism_arguments(p, methods=("brace", "global", "endpoint", "naive"),
                             default="brace", epsilon_required=True)
-    p.add_argument("--seed", type=int, default=None, help="seed of the noise and bootstrap")
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the noise and bootstrap (default: fresh OS entropy)")
     p.add_argument("--level", type=finite_float, default=0.95, help="1 - α, in (0, 1)")
-    p.add_argument("--sampling", choices=["delta", "bootstrap"], default="delta")
+    p.add_argument("--sampling", choices=["delta", "bootstrap"], default="delta",
+                   help="sampling part: delta method or bootstrap")
     p.add_argument("--privacy", choices=["auto", "linear", "simulate"], default="auto",
                    help="privacy part: linear-Gaussian model, simulated conditional law, or "
                    "auto (simulate only where the linear model is unreliable)")
@@ -41,10 +43,13 @@ def add_parser(sub) -> None:
     p.add_argument("--bandwidth", type=finite_float, default=None,
                    help="radial kernel bandwidth of the Jacobian (default r·n^(-1/5))")
     p.add_argument("--min-gate-fraction", type=finite_float, default=None,
-                   help="public lower bound on p_t (public population region)")
+                   help="public lower bound on p_t (public population region; default: none, "
+                   "no public population region)")
     p.add_argument("--jacobian-bound", type=finite_float, default=None,
-                   help="public bound on ||J_t|| (public regions when errors propagate)")
-    p.add_argument("--out", default=None, help="write every region to this JSON file")
+                   help="public bound on ||J_t|| (public regions when errors propagate; "
+                   "default: none)")
+    p.add_argument("--out", default=None,
+                   help="write every region to this JSON file (default: print only)")
     p.set_defaults(func=run)
 
 

@@ -27,16 +27,42 @@ __all__ = [
 ]
 
 
-def mean_ci95(values: Any) -> dict[str, float]:
-    """Mean and a normal-approximation 95% interval of the mean (t quantile for small n)."""
+def mean_ci95(values: Any, *, nonnegative: bool | None = None) -> dict[str, float]:
+    """Mean and a 95% confidence interval of the mean; ``{"mean", "lo", "hi", "n"}``.
+
+    With ``s`` the sample standard deviation, ``se = s/√n`` and ``t = t_{0.975, n−1}``:
+
+    * signed data: the t-interval ``mean ± t·se``;
+    * non-negative data (squared errors; the default whenever every value is ≥ 0): the
+      t-interval on the log scale of the mean (delta method, ``se(log m̄) ≈ se/m̄``),
+      ``[m̄·exp(−t·se/m̄), m̄·exp(t·se/m̄)]``. Both ends are > 0, the interval is
+      asymmetric like the sampling law of a mean of skewed non-negative values, and it
+      agrees with the t-interval to first order when ``se ≪ m̄``. A mean of exactly 0
+      (all values 0) gives ``[0, 0]``.
+
+    ``nonnegative=True`` insists on the log-scale interval (negative values are an error);
+    ``False`` forces the t-interval. Fewer than two values give NaN bounds.
+    """
     from scipy import stats
 
     v = np.asarray(values, dtype=np.float64).ravel()
+    if v.size == 0:
+        raise ValueError("values must hold at least one number; got an empty array.")
     m = float(v.mean())
+    if nonnegative is None:
+        nonnegative = bool(np.all(v >= 0))
+    elif nonnegative and np.any(v < 0):
+        raise ValueError(f"nonnegative=True needs values >= 0; got a minimum of {v.min():g}. "
+                         "Pass nonnegative=False for signed quantities.")
     if v.size < 2:
         return {"mean": m, "lo": math.nan, "hi": math.nan, "n": int(v.size)}
     half = float(stats.t.ppf(0.975, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
-    return {"mean": m, "lo": m - half, "hi": m + half, "n": int(v.size)}
+    if not nonnegative:
+        return {"mean": m, "lo": m - half, "hi": m + half, "n": int(v.size)}
+    if m == 0.0:
+        return {"mean": 0.0, "lo": 0.0, "hi": 0.0, "n": int(v.size)}
+    f = math.exp(min(half / m, 700.0))
+    return {"mean": m, "lo": m / f, "hi": m * f, "n": int(v.size)}
 
 
 def read_jsonl(path: Path) -> list[dict]:

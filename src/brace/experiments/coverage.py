@@ -1,4 +1,4 @@
-"""Coverage study of the CLT confidence regions of :mod:`brace.uq` (spec §6, issue 6).
+"""Coverage study of the CLT confidence regions of :mod:`brace.uq` (``docs/spec.md`` §6).
 
 A 2-D Gaussian mixture with known population trajectory ``z̄_t`` (exact quadrature,
 :class:`brace.uq.MixturePopulation`); for every bank size ``n``, ``replications``
@@ -11,7 +11,7 @@ steps, and the Bonferroni box of coordinate intervals. It also records interval 
 the privacy share of the variance, and checks the delta-method ``Σ̂`` against the exact
 ``Σ`` and against the spread of ``√n (z_t − z̄_t)`` over banks.
 
-Defaults: the paper's mixture (spec §7), r = 0.8, q = (0.4, 0.25), BRACE with κ = ∞
+Defaults: the paper's mixture (``docs/spec.md`` §7), r = 0.8, q = (0.4, 0.25), BRACE with κ = ∞
 (no correction: smooth-sensitivity private mean shift, the paper's MNIST regime),
 γ from the public rule ``choose_gamma(ε, δ, T, d, fraction=0.75)`` — see the docs
 (docs/uq.md §7) for why not the library default 0.9 at ε = 1, and for the κ = 0 runs.
@@ -366,9 +366,21 @@ def _figures(summary: dict, out: Path) -> None:
                 ax.set_xlabel("nominal level")
             if j == 0:
                 ax.set_ylabel("empirical coverage (joint)")
-    axes[0, -1].legend(fontsize=6, loc="lower right")
+    # One legend for colour (ε) and one for line style (target): the short lines of a
+    # combined legend cannot show the dashes.
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=colors[e], lw=2, label=f"ε = {e:g}") for e in eps]
+    handles += [
+        Line2D([], [], color="k", ls="--", marker=".", label="bank: z_t (dashed)"),
+        Line2D([], [], color="k", ls="-", marker="o", ms=3, label="population: z̄_t (solid)"),
+        Line2D([], [], color="0.6", lw=0.8, label="nominal = empirical"),
+    ]
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 3), fontsize=8,
+               handlelength=3.5, bbox_to_anchor=(0.5, 0.0), frameon=False)
     fig.suptitle(f"Joint-region coverage vs nominal ({cfg['method']}, κ={cfg['kappa']})",
                  fontsize=10)
+    fig.tight_layout(rect=(0, 0.14 / len(Ts), 1, 1))
     save_figure(fig, out / "coverage_calibration.png")
 
     from matplotlib.ticker import NullFormatter

@@ -1,4 +1,6 @@
-"""Corrupted-MNIST retrieval (paper §6.2, App. G.1; spec §7): ``brace experiment mnist``.
+"""Corrupted-MNIST retrieval (paper §6.2, App. G.1; ``docs/spec.md`` §7).
+
+``brace experiment mnist``.
 
 Features: 2-D PCA of VAE posterior means (:func:`brace.experiments.vae.build_features`);
 memory bank ``D`` = 1,000 images, 128 development and 256 test queries, all from the MNIST
@@ -11,7 +13,7 @@ Grid: ``β ∈ {10^{j/5} : j = −30..15} ∪ {12.7427, 20.6914}`` (48 values, `
 Every private method runs ``R`` noise draws per query in one vectorised call (each query
 repeated ``R`` times; every row gets independent noise).
 
-Metric per coordinate (spec §7): ``Ê(a) = (1/(Q·R·d)) Σ_i Σ_j ‖Y_T^{(i,j)} − a_i‖²``;
+Metric per coordinate (``docs/spec.md`` §7): ``Ê(a) = (1/(Q·R·d)) Σ_i Σ_j ‖Y_T^{(i,j)} − a_i‖²``;
 *prediction MSE* with ``a_i = x_i`` (clean features), *endpoint fidelity* with
 ``a_i = z_T(q_i)`` (noiseless endpoint at the same β and T).
 
@@ -75,7 +77,7 @@ PRIVATE_METHODS = ("brace", "global", "endpoint", "naive")
 ALL_METHODS = ("noiseless", *PRIVATE_METHODS)
 _FORMAT = "brace-mnist-grid/1"
 
-#: The paper's reported test prediction MSE per coordinate (spec §7, paper §6.2).
+#: The paper's reported test prediction MSE per coordinate (``docs/spec.md`` §7, paper §6.2).
 PAPER_VALUES: dict[str, dict[str, Any]] = {
     "corrupted": {"mse": 8.759678},
     "noiseless": {"mse": 1.582947},
@@ -90,7 +92,7 @@ _SPLIT_CODE = {"test": 1, "dev": 2}
 
 @dataclass(frozen=True)
 class MnistConfig:
-    """Settings of the MNIST experiment (defaults: the paper's full grid, spec §7).
+    """Settings of the MNIST experiment (defaults: the paper's full grid, ``docs/spec.md`` §7).
 
     ``beta_exponents`` ``j`` give ``β = 10^{j/5}``; ``extra_betas`` are added as given.
     ``draws`` is ``R``, the noise draws per query. ``seed`` drives the query corruption

@@ -2,7 +2,7 @@
 
 Numpy only (no torch), so everything here works without the ``mnist`` extra.
 
-Only the MNIST **test split** (10,000 images) ships with this project (spec §7), so the
+Only the MNIST **test split** (10,000 images) ships with this project (``docs/spec.md`` §7), so the
 experiment draws its memory bank, development and test queries from it and trains the VAE
 on what remains (:func:`split_indices`). The data files are never copied into the
 repository; :func:`find_mnist_dir` locates them.
@@ -62,7 +62,7 @@ class _Checksum:
     gz_sha256: str
 
 
-#: Pinned digests, computed once from ``/work/shared/data/mnist``. ``md5`` is the
+#: Pinned digests of the standard MNIST test-split files. ``md5`` is the
 #: well-known digest of the uncompressed file (the one torchvision also checks).
 CHECKSUMS: Mapping[str, _Checksum] = {
     IMAGES_FILE: _Checksum(
@@ -110,17 +110,6 @@ def _holds_mnist(directory: Path) -> bool:
     )
 
 
-def _default_candidates() -> list[Path]:
-    # This file lives in <repo>/src/brace/experiments/; the data sits beside the checkout,
-    # in <repo>/../shared/data/mnist.
-    repo_root = Path(__file__).resolve().parents[3]
-    out = [repo_root.parent / "shared" / "data" / "mnist"]
-    cwd_candidate = Path.cwd().resolve().parent / "shared" / "data" / "mnist"
-    if cwd_candidate not in out:
-        out.append(cwd_candidate)
-    return out
-
-
 def _not_found(tried: list[tuple[str, Path]]) -> FileNotFoundError:
     lines = "; ".join(f"{p} ({why})" for why, p in tried)
     return FileNotFoundError(
@@ -135,9 +124,8 @@ def find_mnist_dir(data_dir: str | os.PathLike[str] | None = None) -> Path:
     """Return the directory holding the MNIST test-split IDX files.
 
     Lookup order: the ``data_dir`` argument; else the ``BRACE_MNIST_DIR`` environment
-    variable; else ``<repo>/../shared/data/mnist`` (located from this file's path); else
-    ``<cwd>/../shared/data/mnist``. An explicit ``data_dir`` or environment variable that
-    does not hold the files is an error (no silent fallback to another copy).
+    variable. There is no built-in default location: with neither, or with one that does
+    not hold the files, this is an error (no silent fallback to another copy).
 
     Raises
     ------
@@ -156,12 +144,12 @@ def find_mnist_dir(data_dir: str | os.PathLike[str] | None = None) -> Path:
         if _holds_mnist(p):
             return p.resolve()
         raise _not_found([(f"{ENV_VAR} environment variable", p)])
-    tried = []
-    for p in _default_candidates():
-        if _holds_mnist(p):
-            return p
-        tried.append(("default location", p))
-    raise _not_found(tried)
+    raise FileNotFoundError(
+        f"MNIST test split: no data directory given (data_dir=None and {ENV_VAR} is not "
+        f"set). Pass --data-dir DIR (or data_dir=DIR in Python) or set {ENV_VAR}=DIR, "
+        f"where DIR holds {IMAGES_FILE}.gz and {LABELS_FILE}.gz (uncompressed copies "
+        "without .gz also work)."
+    )
 
 
 # --------------------------------------------------------------------------- reading
@@ -281,7 +269,7 @@ def split_indices(
 
     One permutation is drawn from ``check_rng(seed)``; its first ``n_bank`` entries are the
     memory bank, the next ``n_dev`` the development queries, the next ``n_test`` the test
-    queries, and the rest (spec §7: what remains) the VAE training set. Each array keeps
+    queries, and the rest (``docs/spec.md`` §7: what remains) the VAE training set. Each array keeps
     the drawn order, so ``train[:m]`` is itself a uniformly random subset.
 
     Returns
@@ -374,7 +362,9 @@ def fit_pca_2d(latent_means: Any) -> PCA2D:
 
 
 def corrupt_queries(features: Any, *, scale: float = 3.0, seed: Any) -> np.ndarray:
-    """Strongly corrupted queries (spec §7): ``q_i = x_i + scale * u_i``, ``u_i ~ N(0, I)``.
+    """Strongly corrupted queries (``docs/spec.md`` §7).
+
+    ``q_i = x_i + scale * u_i``, ``u_i ~ N(0, I)``.
 
     ``features`` is ``(N, d)``; the noise is drawn from ``check_rng(seed)``.
     """

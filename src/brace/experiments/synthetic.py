@@ -1,4 +1,4 @@
-"""Synthetic boundary switching (paper §6.1, spec §7) — the README's main job.
+"""Synthetic boundary switching (paper §6.1, ``docs/spec.md`` §7) — the README's main job.
 
 n = 256 memories from the three-component mixture of :mod:`brace.datasets`, r = 0.8
 (β = 3.125), T = 5, (ε, δ) = (128, 1e-5).
@@ -203,10 +203,11 @@ def format_tables(out: dict) -> str:
 def _figures(out: dict, X: np.ndarray, out_dir: Path) -> None:
     plt = pyplot()
     h = out["highlighted_run"]
+    kappa = out["config"]["kappa"]
     styles = {
         "noiseless": ("k", "o", "noiseless"),
         "naive": ("tab:red", "x", NOT_DP_LABEL),
-        "brace": ("tab:blue", "s", "BRACE"),
+        "brace": ("tab:blue", "s", f"BRACE (κ = {kappa:g})"),
         "global": ("tab:green", "^", "global"),
     }
     fig, ax = plt.subplots(figsize=(6, 4.5))
@@ -216,10 +217,15 @@ def _figures(out: dict, X: np.ndarray, out_dir: Path) -> None:
         ax.plot(tr[:, 0], tr[:, 1], color=c, marker=mk, lw=1.5, ms=5, label=lab,
                 ls="--" if m == "naive" else "-")
     q = h["query"]
-    ax.add_patch(plt.Circle(q, out["config"]["radius"], fill=False, ls=":", color="0.4"))
+    ax.add_patch(plt.Circle(q, out["config"]["radius"], fill=False, ls=":", color="0.4",
+                            label="gate of q (radius r)"))
+    ax.scatter([q[0]], [q[1]], marker="*", s=160, c="gold", edgecolors="k", zorder=5,
+               label="query q")
     ax.set_aspect("equal")
+    ax.set_xlabel("coordinate 1")
+    ax.set_ylabel("coordinate 2")
     ax.set_title("Retrieval trajectories (naive is NOT differentially private)")
-    ax.legend(fontsize=8, loc="best")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))  # off the data
     save_figure(fig, out_dir / "fig1_trajectories.png")
 
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -230,6 +236,7 @@ def _figures(out: dict, X: np.ndarray, out_dir: Path) -> None:
         ax.plot(t, [r[key] for r in h["table"]], color=c, marker=mk, label=lab,
                 ls="--" if m == "naive" else "-")
     ax.set_yscale("log")
+    ax.set_xticks(t)  # updates are integers
     ax.set_xlabel("update t")
     ax.set_ylabel("per-coordinate squared error vs noiseless")
     ax.set_title("Per-step error (highlighted run)")

@@ -1,4 +1,4 @@
-"""Numerical checks of the paper's theory (paper §5, spec §3 and §5; issue 8).
+"""Numerical checks of the paper's theory (paper §5, ``docs/spec.md`` §3 and §5).
 
 Five items, each written as a figure (PNG), a JSON table of raw numbers and a text table,
 with the full config and library versions (``_common.metadata``):
@@ -80,7 +80,7 @@ _RTOL = 1e-9
 
 @dataclass(frozen=True)
 class TheoryConfig:
-    """Parameters of all five items (``None`` κ grids: the defaults of the issue).
+    """Parameters of all five items (``None`` κ grids: the built-in defaults).
 
     Shared: bank size ``n``, radius ``r``, horizon ``steps`` (T), budget
     ``(epsilon, delta)``, BRACE threshold ``kappa`` (items 1–2), ``replications``
@@ -275,7 +275,7 @@ class PathBoundCheck:
 def path_bound_check(result: Any, clean: np.ndarray) -> PathBoundCheck:
     """Check the deterministic path bound of the output projection (paper after Thm 5).
 
-    With the projection, ``‖Y_t − q‖ ≤ (t+1)r`` and ``‖z_t − q‖ ≤ tr`` (spec §1), hence
+    With the projection, ``‖Y_t − q‖ ≤ (t+1)r`` and ``‖z_t − q‖ ≤ tr`` (``docs/spec.md`` §1), hence
     ``‖Y_t − z_t‖ ≤ (2t+1)r ≤ (2T+1)r``. ``clean`` is the (Q, T+1, d) noiseless trajectory.
     """
     r = float(result.params["radius"])
@@ -360,7 +360,7 @@ def activation_check(memory: LSRMemory, queries: np.ndarray, result: Any) -> Act
                        gamma=float(p["gamma"]), output_projection=bool(p["output_projection"]))
     z = memory.retrieve(q, T)  # (Q, T+1, d)
     a = memory.step(hist.reshape(-1, d)).reshape(Q, T, d)  # a_t = Φ_D(Y_{t-1})
-    R = z[:, 1:] - a  # R_t = z_t − a_t (spec §3 step 2 identity)
+    R = z[:, 1:] - a  # R_t = z_t − a_t (``docs/spec.md`` §3 step 2 identity)
     H = result.activated
     target = a + H[..., None] * R
     off = np.linalg.norm(target - hist, axis=-1)
@@ -806,8 +806,8 @@ def _risk_panels(out: dict, key: str, xs: list, axes, panels, refs=None) -> None
                 ax.plot([r[key] for r in rs], y, color=_COLORS[v], marker="o", ms=4,
                         ls="-" if proj else "--",
                         label=f"{v} ({'projection' if proj else 'no projection'})")
-                # 95% CI band where its lower end is positive (heavy tails: rare mode
-                # switches make the t-interval cross 0; see the table for the numbers)
+                # 95% CI band (log-scale interval of a non-negative mean: lo > 0 unless
+                # every error is 0, which a log axis cannot draw)
                 ax.fill_between([r[key] for r in rs], np.where(lo > 0, lo, np.nan), hi,
                                 where=lo > 0, color=_COLORS[v], alpha=0.12)
         if refs is not None and "per coord" not in ylab:
@@ -932,16 +932,19 @@ def _fig_activation(out: dict, cfg: TheoryConfig, path: Path, raw: dict | None =
 def _fig_root_n(out: dict, cfg: TheoryConfig, path: Path, raw: dict | None = None) -> None:
     plt = pyplot()
     alphas = [f["alpha"] for f in out["fits"]]
-    fig, axes = plt.subplots(1, len(alphas) + 1, figsize=(4.2 * (len(alphas) + 1), 4.3))
+    fig, axes = plt.subplots(1, len(alphas) + 1, figsize=(4.6 * (len(alphas) + 1), 4.6),
+                             layout="constrained")  # no overlapping labels between panels
     raw = raw or {}
     sizes = list(dict.fromkeys(r["n"] for r in out["rows"]))
-    for ax, a, f in zip(axes, alphas, out["fits"], strict=False):
+    for i, (ax, a, f) in enumerate(zip(axes, alphas, out["fits"], strict=False)):
         data = [raw.get(f"alpha{a:g}_n{n}", np.zeros(1)) for n in sizes]
         ax.violinplot(data, showmedians=True)
-        ax.set_xticks(range(1, len(sizes) + 1), [f"10^{math.log10(n):.0f}" for n in sizes])
+        ax.set_xticks(range(1, len(sizes) + 1),
+                      [f"$10^{{{math.log10(n):.0f}}}$" for n in sizes])
         ax.axhline(0.0, color="0.5", lw=0.8)
         ax.set_xlabel("n")
-        ax.set_ylabel("√n · ξ_{n,1} (first coordinate)")
+        if i == 0:  # one y label for the violin panels
+            ax.set_ylabel("√n · ξ_{n,1} (first coordinate)")
         ax.set_title(f"α = {a:g}: m̂ ≍ n^{a:g} — {f['regime']}", fontsize=10)
         ax.grid(alpha=0.3)
     ax = axes[-1]

@@ -1,4 +1,4 @@
-"""The MNIST VAE and the 2-D feature pipeline of the MNIST experiment (spec §7).
+"""The MNIST VAE and the 2-D feature pipeline of the MNIST experiment (``docs/spec.md`` §7).
 
 VAE: encoder 784-400-(10 mean, 10 log-variance), decoder 10-400-784 with a sigmoid output,
 ReLU hidden layers; Adam (lr 1e-3), batch 256, 15 epochs; loss per image = binary
@@ -81,7 +81,7 @@ _FORMAT = (
 
 @dataclass(frozen=True)
 class VAEConfig:
-    """Hyper-parameters of the VAE (defaults: the paper's, spec §7).
+    """Hyper-parameters of the VAE (defaults: the paper's, ``docs/spec.md`` §7).
 
     ``n_train=None`` trains on every image passed; an int uses the first ``n_train``.
     """
@@ -354,7 +354,7 @@ def _ro(a: np.ndarray, dtype: Any = None) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class MnistFeatures:
-    """2-D MNIST features for the retrieval experiment (spec §7).
+    """2-D MNIST features for the retrieval experiment (``docs/spec.md`` §7).
 
     ``bank`` (1000, 2), ``dev`` (128, 2) and ``test`` (256, 2) are float64 PCA coordinates
     of VAE posterior means, the PCA fitted on the training posterior means. ``indices`` maps

@@ -1,7 +1,8 @@
-"""Uncertainty quantification for private retrieval (spec §6; paper §5.3, Thm 4–5).
+"""Uncertainty quantification for private retrieval (``docs/spec.md`` §6; paper §5.3, Thm 4–5).
 
-Derivation, assumptions and what an interval reveals: ``docs/uq.md``. Symbols follow the
-spec: bank ``D = (X_1..X_n)`` i.i.d. from ``P`` (density ``f``), radius ``r``, query ``q``,
+Derivation, assumptions and what an interval reveals: ``docs/uq.md``. Symbols follow
+``docs/spec.md``: bank ``D = (X_1..X_n)`` i.i.d. from ``P`` (density ``f``), radius ``r``,
+query ``q``,
 gate ``B_t = B̄(z_{t-1}, r)``, clean trajectory ``z_t = Φ_D(z_{t-1})``, released ``Y_t``.
 
 Two targets, two error sources, reported separately:

@@ -83,11 +83,17 @@ def analyze(
     stored = getattr(res, "queries", None)
     if queries is None:
         if stored is None:
-            raise ValueError("queries are required: the result does not store them.")
+            raise ValueError(
+                "queries is None and the result does not store them; pass the queries "
+                "of the release."
+            )
         queries = stored
     q, _ = check_queries(queries, d, name="queries")
     if stored is not None and (stored.shape != q.shape or not np.array_equal(stored, q)):
-        raise ValueError("queries differ from the queries the release was computed for.")
+        raise ValueError(
+            "queries differ from the queries the release was computed for; pass "
+            "result.queries (or None)."
+        )
     Q = q.shape[0]
     Y = np.asarray(res.outputs, dtype=np.float64)
     T = int(res.params["steps"])
@@ -104,7 +110,10 @@ def analyze(
             f"the release was computed with radius {r_res} but the memory has radius {r}."
         )
     if res.clean is not None and not np.allclose(res.clean[:, 0], q, rtol=0, atol=1e-12):
-        raise ValueError("queries differ from those of the release (result.clean[:, 0]).")
+        raise ValueError(
+            "queries differ from those of the release (result.clean[:, 0]); pass the "
+            "queries of the release."
+        )
     if privacy not in ("linear", "simulate", "auto"):
         raise ValueError(f"privacy must be 'linear', 'simulate' or 'auto'; got {privacy!r}.")
     max_err = check_positive("max_linearization_error", max_linearization_error)
@@ -119,7 +128,10 @@ def analyze(
         if sc.steps < T:
             raise ValueError(f"the sampling estimate covers {sc.steps} steps; need T = {T}.")
         if not np.allclose(sc.trajectory[:, 0], q, rtol=0, atol=1e-12):
-            raise ValueError("the sampling estimate was computed for other queries.")
+            raise ValueError(
+                "sampling was computed for other queries; estimate it for these queries "
+                "or pass sampling='delta'."
+            )
     elif sampling in ("delta", "bootstrap"):
         sc = sampling_covariance(
             memory, q, T, estimator=sampling, bandwidth=bandwidth, n_boot=n_boot, seed=rng

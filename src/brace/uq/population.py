@@ -1,4 +1,4 @@
-"""The population model: a known Gaussian mixture ``P`` and its trajectory (spec §6)."""
+"""The population model: a known Gaussian mixture ``P`` and its trajectory (``docs/spec.md`` §6)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ __all__ = ["MixturePopulation"]
 
 @dataclass(frozen=True)
 class MixturePopulation:
-    """A known 2-D axis-aligned Gaussian mixture as the population ``P`` (spec §6).
+    """A known 2-D axis-aligned Gaussian mixture as the population ``P`` (``docs/spec.md`` §6).
 
     Every ball and sphere integral is computed in polar coordinates around the ball's
     centre: the angle by the trapezoid rule (the integrand is periodic and analytic, so

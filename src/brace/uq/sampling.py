@@ -1,4 +1,7 @@
-"""The sampling part: covariance of ``√n (z_{1:T} − z̄_{1:T})`` from the bank (spec §6)."""
+"""The sampling part: covariance of ``√n (z_{1:T} − z̄_{1:T})`` from the bank.
+
+Definitions: ``docs/spec.md`` §6; the method: ``docs/uq.md`` §2–§3.
+"""
 
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ def _epanechnikov(u: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class SamplingCovariance:
-    """Estimated covariance of ``√n (z_{1:T} − z̄_{1:T})`` for each query (spec §6).
+    """Estimated covariance of ``√n (z_{1:T} − z̄_{1:T})`` for each query (``docs/spec.md`` §6).
 
     Attributes
     ----------
@@ -179,7 +182,7 @@ def sampling_covariance(
     n_boot: int = 1000,
     seed: Any = None,
 ) -> SamplingCovariance:
-    """Estimate ``Σ`` of ``√n (z_{1:T} − z̄_{1:T}) ⇒ N(0, Σ)`` from the bank (spec §6).
+    """Estimate ``Σ`` of ``√n (z_{1:T} − z̄_{1:T}) ⇒ N(0, Σ)`` from the bank (§6).
 
     ``estimator="delta"``: the plug-in delta method of docs/uq.md §3,
     ``Σ̂ = L̂ Γ̂ L̂ᵀ`` with ``Γ̂_{st} = (1/n) Σ_i ψ̂_s(X_i) ψ̂_t(X_i)ᵀ``,
