@@ -86,7 +86,8 @@ def validate_dask(bank: Any) -> _BankState:
     res = _checks(X)
     bad = sum(b for _, b in res)
     if bad:
-        raise ValueError(f"bank contains {bad} non-finite value(s) (NaN or inf).")
+        raise ValueError(f"bank contains {bad} non-finite value(s) (NaN or inf); every value "
+                         "must be finite (drop or impute those rows).")
     digests = [dg for dg, _ in res]
     shape = (int(X.shape[0]), int(X.shape[1]))
     return _BankState(bank, X, None, "dask", _combined_digest(shape, X.dtype, digests),

@@ -431,7 +431,8 @@ def _validate_numpy(bank: Any) -> _BankState:
         if release is not None:
             release(b0, b0 + Xb.shape[0])
     if bad:
-        raise ValueError(f"bank contains {bad} non-finite value(s) (NaN or inf).")
+        raise ValueError(f"bank contains {bad} non-finite value(s) (NaN or inf); every value "
+                         "must be finite (drop or impute those rows).")
     return _BankState(bank, X, sq, kind, h.hexdigest(), release, {})
 
 
