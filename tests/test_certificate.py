@@ -315,11 +315,15 @@ def test_smoothness_at_fixed_histories(seed, kappa, gamma, T, offset):
     else:
         hist = np.concatenate([q[None], q + rng.uniform(-T * r, T * r, (T - 1, d))])
     Xp = _neighbour(rng, X - offset, q0, clean - offset, r) + offset
-    kw = dict(steps=T, kappa=kappa, gamma=gamma)
+    _check_neighbours(X, Xp, r, q, hist, dict(steps=T, kappa=kappa, gamma=gamma))
+
+
+def _check_neighbours(X, Xp, r, q, hist, kw):
+    """Smoothness at the fixed history, and validity of the computed outputs themselves
+    (floating point included)."""
     cD = certificate(LSRMemory(X, radius=r), q[None], hist[None], **kw)
     cP = certificate(LSRMemory(Xp, radius=r), q[None], hist[None], **kw)
-    _assert_smooth(cD, cP, gamma)
-    # validity of the computed outputs themselves (floating point included)
+    _assert_smooth(cD, cP, kw["gamma"])
     moved = np.linalg.norm(cD.pre_noise - cP.pre_noise, axis=-1)
     assert np.all(moved <= cD.noise_scale) and np.all(moved <= cP.noise_scale)
 
@@ -350,3 +354,24 @@ def test_old_w_rule_fails_the_smoothness_check():
     cP = certificate(LSRMemory(Xp, radius=r), np.zeros((1, 1)), np.zeros((1, 1, 1)), steps=1,
                      kappa=0.0, gamma=gamma)
     _assert_smooth(cD, cP, gamma)  # the current rule passes
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    kappa=st.sampled_from([0.0, 1.0]),
+    T=st.integers(1, 3),
+    d=st.sampled_from([2, 12]),
+)
+def test_smoothness_float32_banks_and_both_gate_backends(seed, kappa, T, d):
+    """The same smoothness and validity checks on float32 banks, in low d (the spatial-index
+    backend, where available) and above it: gate membership must be the canonical direct
+    formula whatever computed it."""
+    rng = np.random.default_rng(seed)
+    n, r, gamma = int(rng.integers(5, 40)), float(rng.uniform(0.3, 1.0)), 0.1
+    q = rng.normal(0, 1, d)
+    clean = LSRMemory(q + rng.normal(0, 0.5 * r, (n, d)), radius=r).retrieve(q, T)[1:]
+    X = _weak_bank(rng, n, d, r, q, clean, 0.0).astype(np.float32)
+    Xp = _neighbour(rng, X.astype(np.float64), q, clean, r).astype(np.float32)
+    hist = np.concatenate([q[None], clean[: T - 1]])
+    _check_neighbours(X, Xp, r, q, hist, dict(steps=T, kappa=kappa, gamma=gamma))
