@@ -381,3 +381,17 @@ def test_other_brace_calibrations_are_priced_as_released(bank, tmp_path, kw):
     assert read_ledger(path).spent == pm.spent  # the event survives the JSON round trip
     if kw.get("release") == "count":
         assert res.released_counts is not None and res.released_counts.shape == (3, 2)
+
+
+def test_float32_and_memory_mapped_banks_are_fingerprinted_in_place(bank, tmp_path):
+    X32 = bank.astype(np.float32)
+    np.save(tmp_path / "b.npy", X32)
+    mm = np.load(tmp_path / "b.npy", mmap_mode="r")
+    path = tmp_path / "ledger.json"
+    pm = PrivateMemory(X32, radius=0.8, budget=(20.0, 1e-5), ledger=path)
+    assert pm.fingerprint["dtype"] == "float32"
+    pm.retrieve(bank[:2], steps=2, epsilon=1.0, delta=1e-6, method="global", seed=0)
+    again = PrivateMemory(mm, radius=0.8, budget=(20.0, 1e-5), ledger=path)  # same bytes
+    assert again.spent == pm.spent > 0
+    with pytest.raises(LedgerError, match="another bank"):
+        PrivateMemory(X32.astype(np.float64), radius=0.8, budget=(20.0, 1e-5), ledger=path)

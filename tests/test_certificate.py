@@ -315,11 +315,15 @@ def test_smoothness_at_fixed_histories(seed, kappa, gamma, T, offset):
     else:
         hist = np.concatenate([q[None], q + rng.uniform(-T * r, T * r, (T - 1, d))])
     Xp = _neighbour(rng, X - offset, q0, clean - offset, r) + offset
-    kw = dict(steps=T, kappa=kappa, gamma=gamma)
+    _check_neighbours(X, Xp, r, q, hist, dict(steps=T, kappa=kappa, gamma=gamma))
+
+
+def _check_neighbours(X, Xp, r, q, hist, kw):
+    """Smoothness at the fixed history, and validity of the computed outputs themselves
+    (floating point included)."""
     cD = certificate(LSRMemory(X, radius=r), q[None], hist[None], **kw)
     cP = certificate(LSRMemory(Xp, radius=r), q[None], hist[None], **kw)
-    _assert_smooth(cD, cP, gamma)
-    # validity of the computed outputs themselves (floating point included)
+    _assert_smooth(cD, cP, kw["gamma"])
     moved = np.linalg.norm(cD.pre_noise - cP.pre_noise, axis=-1)
     assert np.all(moved <= cD.noise_scale) and np.all(moved <= cP.noise_scale)
 
@@ -370,9 +374,4 @@ def test_smoothness_float32_banks_and_both_gate_backends(seed, kappa, T, d):
     X = _weak_bank(rng, n, d, r, q, clean, 0.0).astype(np.float32)
     Xp = _neighbour(rng, X.astype(np.float64), q, clean, r).astype(np.float32)
     hist = np.concatenate([q[None], clean[: T - 1]])
-    kw = dict(steps=T, kappa=kappa, gamma=gamma)
-    cD = certificate(LSRMemory(X, radius=r), q[None], hist[None], **kw)
-    cP = certificate(LSRMemory(Xp, radius=r), q[None], hist[None], **kw)
-    _assert_smooth(cD, cP, gamma)
-    moved = np.linalg.norm(cD.pre_noise - cP.pre_noise, axis=-1)
-    assert np.all(moved <= cD.noise_scale) and np.all(moved <= cP.noise_scale)
+    _check_neighbours(X, Xp, r, q, hist, dict(steps=T, kappa=kappa, gamma=gamma))

@@ -470,20 +470,37 @@ def test_integer_and_low_precision_inputs_computed_in_float64(dtype):
     )
 
 
-def test_in_place_edit_of_bank_cannot_corrupt_cache():
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("index", ["brute", "kdtree"])
+def test_in_place_edit_of_bank_is_detected_not_used(dtype, index):
+    """No private copy (docs/scale.md): an in-place edit after validation is refused by
+    every entry point, one changed bit is enough, and assigning a new bank is seen."""
     X, Y, r = random_instance(1, n=30, d=3, Q=5)
-    mem = LSRMemory(X, radius=r)
+    X = X.astype(dtype)
+    mem = LSRMemory(X, radius=r, index=index)
     before = mem.retrieve(Y, 3)
-    X += 100.0  # edit the caller's array in place after first use
-    X[0, 0] = np.nan
-    # the memory is a consistent snapshot: same answer, no stale norms, no NaN
+    assert np.shares_memory(mem._bank()[0], X)  # no copy
+    assert not mem._bank()[0].flags.writeable  # the memory's view is read-only
+    bits = X.view(np.uint32 if dtype == np.float32 else np.uint64)
+    bits[7, 1] ^= 1  # flip the last mantissa bit of one entry
+    for call in (lambda: mem.retrieve(Y, 3), lambda: mem.step(Y), lambda: mem.gate(Y),
+                 lambda: mem.gate(Y, counts=True), lambda: mem.energy(Y[0]),
+                 lambda: mem.gate_pass(Y), lambda: mem._bank()):
+        with pytest.raises(memory_mod.BankMutatedError, match=r"modified .*mem.bank = new"):
+            call()
+    bits[7, 1] ^= 1  # restored: the same bytes are accepted again
     np.testing.assert_array_equal(mem.retrieve(Y, 3), before)
-    # assigning a new bank is seen
-    mem.bank = np.nan_to_num(X)
+    X += 100.0
+    X[0, 0] = np.nan
+    with pytest.raises(memory_mod.BankMutatedError):
+        mem.step(Y)
+    # assigning a new bank is seen (and validated)
     with pytest.raises(ValueError, match="bank"):
         LSRMemory(X, radius=r).step(Y)
+    mem.bank = np.nan_to_num(X)
     np.testing.assert_allclose(
-        mem.step(Y + 100.0), brute_step(mem.bank, Y + 100.0, r), rtol=1e-12, atol=1e-12
+        mem.step(Y + 100.0), brute_step(mem.bank.astype(np.float64), Y + 100.0, r),
+        rtol=1e-6 if dtype == np.float32 else 1e-12, atol=1e-9,
     )
 
 

@@ -16,7 +16,7 @@ from .mechanisms import (
     certificate,
     private_retrieve,
 )
-from .memory import LSEMemory, LSRMemory
+from .memory import BankMutatedError, LSEMemory, LSRMemory
 from .results import NoiselessResult, load_result, noiseless_retrieve, save_result
 
 __version__ = "0.1.0"
@@ -25,6 +25,7 @@ __all__ = [
     "BudgetExceededError",
     "DEFAULT_KAPPA",
     "METHODS",
+    "BankMutatedError",
     "CertificateTrace",
     "LSEMemory",
     "LSRMemory",

@@ -12,8 +12,8 @@ itself is never stored.
   the new one, never a half-written file and never a returned release unrecorded.
 * **Serialised.** Every read-check-append happens under a :class:`filelock.FileLock`
   on ``<ledger>.lock``, so two processes cannot both spend the last of the budget.
-* **Bound to its bank.** The fingerprint is the SHA-256 of the bank's float64 bytes,
-  shape, dtype and radius (:func:`bank_fingerprint`); opening a ledger with another
+* **Bound to its bank.** The fingerprint is the SHA-256 of the bank's bytes, shape,
+  dtype and radius (:func:`bank_fingerprint`); opening a ledger with another
   bank, radius or budget is an error.
 * **Checked.** A checksum over the content detects corruption; a truncated, corrupt or
   foreign file is a :class:`LedgerError`, never a silent reset.
@@ -58,23 +58,19 @@ class LedgerError(ValueError):
     """A ledger file that cannot be trusted: corrupt, truncated, foreign or mismatched."""
 
 
-def bank_fingerprint(bank: np.ndarray, radius: float) -> dict[str, Any]:
-    """SHA-256 of the bank's C-contiguous float64 bytes, its shape, dtype and radius.
+def bank_fingerprint(bank: Any, radius: float) -> dict[str, Any]:
+    """SHA-256 of the bank's bytes (in its own dtype, float32 or float64, C order), its
+    shape, dtype and radius (:func:`brace._fingerprint.bank_fingerprint`; the radius
+    enters as its exact ``float.hex``, so radii one ulp apart differ). Memory maps are
+    streamed in blocks, never copied whole."""
+    from ._fingerprint import bank_fingerprint as _digest
 
-    The radius enters as its exact ``float.hex`` so that two radii that differ in the
-    last bit give different fingerprints.
-    """
-    X = np.ascontiguousarray(bank, dtype=np.float64)
-    head = json.dumps(
-        {"shape": list(X.shape), "dtype": str(X.dtype), "radius": float(radius).hex()},
-        sort_keys=True,
-    ).encode()
-    h = hashlib.sha256(b"brace-bank-fingerprint/1\0" + head + b"\0")
-    h.update(memoryview(X).cast("B"))
+    if not hasattr(bank, "shape") or not hasattr(bank, "dtype"):
+        bank = np.asarray(bank)
     return {
-        "sha256": h.hexdigest(),
-        "shape": list(X.shape),
-        "dtype": str(X.dtype),
+        "sha256": _digest(bank, radius),
+        "shape": [int(s) for s in bank.shape],
+        "dtype": str(np.dtype(bank.dtype)),
         "radius": float(radius),
     }
 

@@ -1,0 +1,99 @@
+"""KD-tree gate pass for low-dimensional in-memory banks (docs/scale.md, "Spatial index").
+
+``scipy.spatial.cKDTree`` (a tree over the centres against the bank's tree,
+``sparse_distance_matrix``) with the inflated radius ``r(1 + 1e-9) + s``
+(``s = 1e-150``) is only a candidate filter: any row with ``direct_sqdist(X_i, c) ≤ fl(r²)``
+has exact distance ``≤ r(1 + (d + 3)u)``, far inside the inflated radius whatever the
+tree's own rounding (relative ``O(d u)``, ``d ≤ 8``). Membership is then decided by the
+canonical direct formula on the candidates, so counts, memberships, pair counts and near
+distances equal the brute-force pass exactly; sums are float64 sums over the members in
+row order (any order is covered by ``mean_rounding_bound``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .memory import GatePass, direct_sqdist
+
+_INFLATE = 1.0 + 1e-9
+_SLACK = 1e-150
+
+
+def _tree(st: Any) -> Any:
+    tree = st.extra.get("kdtree")
+    if tree is None:
+        from scipy.spatial import cKDTree
+
+        tree = cKDTree(np.asarray(st.X, dtype=np.float64), balanced_tree=False,
+                       compact_nodes=False, copy_data=False)
+        st.extra["kdtree"] = tree
+    return tree
+
+
+def _candidates(tree: Any, X: np.ndarray, centres: np.ndarray, radius: float, r2: float,
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(owner, row, d²)`` of every row within the inflated radius (direct d², sorted
+    by centre then row, so a centre's order never depends on the other centres)."""
+    from scipy.spatial import cKDTree
+
+    n = X.shape[0]
+    ct = cKDTree(centres)
+    res = ct.sparse_distance_matrix(tree, radius * _INFLATE + _SLACK, output_type="ndarray")
+    key = res["i"].astype(np.int64) * n + res["j"].astype(np.int64)
+    key.sort()
+    owner, idx = np.divmod(key, n)
+    d2 = direct_sqdist(X[idx], centres[owner]) if idx.size else np.zeros(0)
+    return owner, idx, d2
+
+
+def kdtree_gate_pass(
+    st: Any,
+    centres: np.ndarray,
+    radius: float,
+    *,
+    pairs: tuple[np.ndarray, np.ndarray] | None = None,
+    near_centres: np.ndarray | None = None,
+    near_radius: float | None = None,
+    near_tolerance: float = 0.0,
+    group_size: int | None = None,
+) -> GatePass:
+    """:func:`brace.memory.gate_pass` with KD-tree candidates; identical statistics.
+
+    Every centre is handled on its own, so ``group_size`` holds trivially; near
+    distances are direct (within any ``near_tolerance``).
+    """
+    X = st.X
+    m, d = centres.shape
+    r2 = radius * radius
+    tree = _tree(st)
+    owner, idx, d2 = _candidates(tree, X, centres, radius, r2)
+    keep = d2 <= r2
+    owner, idx = owner[keep], idx[keep]
+    counts = np.bincount(owner, minlength=m).astype(np.int64)
+    sums = np.zeros((m, d))
+    if idx.size:
+        starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+        rows = np.asarray(X[idx], dtype=np.float64)
+        sums[owner[starts]] = np.add.reduceat(rows, starts, axis=0)
+    pair_counts = None
+    if pairs is not None:
+        bounds = np.r_[0, np.cumsum(counts)]
+        a, b = (np.asarray(p, dtype=np.int64) for p in pairs)
+        pair_counts = np.zeros(a.size, dtype=np.int64)
+        for k in range(a.size):
+            ia = idx[bounds[a[k]] : bounds[a[k] + 1]]
+            ib = idx[bounds[b[k]] : bounds[b[k] + 1]]
+            if ia.size and ib.size:
+                pair_counts[k] = np.intersect1d(ia, ib, assume_unique=True).size
+    nrow = ndist = None
+    if near_centres is not None:
+        near_centres = np.asarray(near_centres, dtype=np.int64)
+        R = float(near_radius)
+        o2, _, d2n = _candidates(tree, X, centres[near_centres], R, R * R)
+        dist = np.sqrt(d2n)
+        ok = dist <= R
+        nrow, ndist = o2[ok], dist[ok]
+    return GatePass(counts, sums, pair_counts, nrow, ndist)
