@@ -19,10 +19,11 @@ import warnings
 import numpy as np
 import pytest
 
-from brace import LSRMemory, NotPrivateWarning, private_retrieve
+from brace import LSRMemory, NotPrivateWarning, load_result, private_retrieve
 from brace.accounting import RdpAccountant
 from brace.datasets import sample_mixture
 from brace.mechanisms import DIAGNOSTIC_FIELDS, METHODS, PRIVATE_METHODS, SEED_WITHHELD
+from brace.results import save_result
 
 EPS, DELTA, T, R = 8.0, 1e-5, 3, 0.8
 VARIANTS = [(m, {}) for m in METHODS] + [("brace", {"release": "count"}),
@@ -104,8 +105,9 @@ def test_privacy_event_spends_at_most_the_target(case, results):
     res = results[case]
     spent = res.privacy
     if method not in PRIVATE_METHODS:
-        # naive: the event describes the nominal calibration, not a guarantee; the result
+        # naive: a non-private event, which every accountant prices at ε = ∞; the result
         # says so everywhere it can be read.
+        assert RdpAccountant().compose(spent.event).get_epsilon(DELTA) == math.inf
         assert res.is_private is False
         assert "NOT" in res.to_dict()["warning"] and "NOT DIFFERENTIALLY PRIVATE" in str(res)
         with pytest.warns(NotPrivateWarning):
@@ -150,3 +152,10 @@ def test_saved_result_loads_back(case, results, tmp_path):
     assert back["params"] == want
     if res.released_counts is not None:
         assert np.array_equal(np.asarray(back["released_counts"]), res.released_counts)
+    # and through the library's own loader, in both formats
+    for name in ("result.npz", "result2.json"):
+        save_result(res, tmp_path / name)
+        loaded = load_result(tmp_path / name)
+        assert np.array_equal(loaded.outputs, res.outputs)
+        assert np.array_equal(loaded.queries, res.queries)
+        assert loaded.method == res.method and loaded.is_private == res.is_private
