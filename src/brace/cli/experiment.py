@@ -198,17 +198,23 @@ def _add_theory(sub) -> None:
     )
     d = theory.TheoryConfig()
     items = theory.ITEMS
-    p.add_argument("--out", default="runs/theory", help="output directory")
-    p.add_argument("--quick", action="store_true",
-                   help="small sizes (every figure and table, under a minute)")
+    _add_run_arguments(p, "runs/theory", "small sizes (every figure and table, under a minute)",
+                       d)
     p.add_argument("--items", default=",".join(items),
                    help=f"comma-separated subset of {','.join(items)}")
     p.add_argument("--replications", type=int, default=None,
                    help=f"queries per cell for items 1-3 (default {d.replications})")
-    p.add_argument("--seed", type=int, default=d.seed, help="seed of the noise")
-    p.add_argument("--data-seed", type=int, default=d.data_seed, help="seed of the banks")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run_theory)
+
+
+def _add_run_arguments(p, out: str, quick_help: str, defaults: Any) -> None:
+    """``--out``, ``--quick``, ``--seed``, ``--data-seed``, ``--no-progress``."""
+    p.add_argument("--out", default=out, help="output directory")
+    p.add_argument("--quick", action="store_true", help=quick_help)
+    p.add_argument("--seed", type=int, default=defaults.seed, help="seed of the noise")
+    p.add_argument("--data-seed", type=int, default=defaults.data_seed,
+                   help="seed of the banks")
+    p.add_argument("--no-progress", action="store_true", help="no progress output")
 
 
 def run_theory(args: argparse.Namespace) -> int:
@@ -237,14 +243,10 @@ def _add_switching(sub) -> None:
         description=switching.__doc__.split("\n\n")[0],
     )
     d = switching.SwitchingConfig()
-    p.add_argument("--out", default="runs/switching", help="output directory")
-    p.add_argument("--quick", action="store_true",
-                   help="small sizes (2 ε, n = 256, 2 distances, 20 runs)")
+    _add_run_arguments(p, "runs/switching", "small sizes (2 ε, n = 256, 2 distances, 20 runs)",
+                       d)
     p.add_argument("--runs", type=int, default=None,
                    help=f"releases per cell (default {d.runs}; --quick: 20)")
-    p.add_argument("--seed", type=int, default=d.seed, help="seed of the noise")
-    p.add_argument("--data-seed", type=int, default=d.data_seed, help="seed of the banks")
-    p.add_argument("--no-progress", action="store_true", help="no progress lines")
     p.set_defaults(func=run_switching)
 
 
