@@ -97,6 +97,7 @@ def _iterative(
     history: np.ndarray | None = None,
     trace: dict | None = None,
     count_noise: np.ndarray | None = None,
+    counts: np.ndarray | None = None,
     progress: Callable[[int, int], None] | None = None,
     return_clean: bool = False,
 ) -> dict[str, Any]:
@@ -107,8 +108,9 @@ def _iterative(
     ``b_t`` of the noisy count ``m_t + count_noise_t`` (count release,
     ``docs/privacy-accounting.md`` §9), ``2r + σ_y`` (global) or ``2r/max(1, m_t)``
     (naive, NOT DP). With ``history`` (Q, T+1, d), the released states are taken from it
-    instead of being drawn (the certificate along a given public history); ``trace`` (a
-    dict) then collects the pre-noise points and ``G``.
+    instead of being drawn (the certificate along a given public history), and for the
+    count release ``counts`` (Q, T) gives the released noisy counts ``m̃_t``; ``trace``
+    (a dict) collects the pre-noise points, the sensitivities ``Δ_t`` and ``G``.
     """
     Q, d = q.shape
     n = memory.n_memories
@@ -184,7 +186,7 @@ def _iterative(
         sig_y = num.slack(yscale)
         if count:
             # count release (docs/privacy-accounting.md §9): public b from the noisy count
-            noisy = m_t + count_noise[:, t - 1]
+            noisy = counts[:, t - 1] if counts is not None else m_t + count_noise[:, t - 1]
             released_counts[:, t - 1] = noisy
             m_prop = np.maximum(noisy - plan.count_margin, 1)
             b = np.minimum(fixed_centre_units(m_prop, 0, num, sig_y)[:, 0],
@@ -232,6 +234,7 @@ def _iterative(
         std[:, t - 1] = s_t
         if trace is not None:
             trace.setdefault("pre_noise", []).append(pre)
+            trace.setdefault("scale", []).append(sens)
             if brace and not count:
                 trace.setdefault("G", []).append(num.value(G))
         if history is not None:

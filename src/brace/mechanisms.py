@@ -443,8 +443,12 @@ def certificate(
     method: str = "brace",
     steps: int,
     kappa: float = 0.0,
-    gamma: float,
+    gamma: float | str | None = None,
     output_projection: bool = True,
+    release: str | None = None,
+    released_counts: Any = None,
+    epsilon: float | None = None,
+    delta: float | None = None,
 ) -> CertificateTrace:
     """Evaluate a mechanism's pre-noise outputs and noise scales along a fixed history.
 
@@ -452,28 +456,54 @@ def certificate(
     ignored). Each step ``t`` uses only ``Y_{<t}``, exactly as the mechanism does, so
     this is the function whose sensitivity the certificate bounds — used by the
     validity tests and by the privacy audit to recompute both banks' Gaussian means and
-    scales along an observed release. The plan is :func:`brace.plan_release` without a
-    budget: γ as given (any γ ≥ 0), noise multiplier 1.
+    scales along an observed release.
+
+    The plan is :func:`brace.plan_release`'s. Without ``epsilon``/``delta``: γ as given
+    (a number ≥ 0; γ = 0 is the fixed-sensitivity bound) and the smooth release. With the
+    release's ``epsilon`` and ``delta``: the plan of the same call to
+    :func:`brace.private_retrieve` (``gamma`` and ``release`` as there, ``"auto"``
+    included); the count release then needs ``released_counts`` (Q, T), the released
+    noisy counts ``m̃_t``, and ``noise_scale`` is the public ``b_t`` they propose
+    (``docs/privacy-accounting.md`` §9). ``noise_scale`` is the sensitivity, before the
+    noise multiplier.
     """
     if method not in ("brace", "global", "naive"):
         raise ValueError(f"certificate is defined for iterative methods; got {method!r}.")
     X, _ = memory._bank()
     q, _ = check_queries(queries, X.shape[1], name="queries")
-    plan = plan_release(memory, method=method, epsilon=None, delta=None, steps=steps,
+    plan = plan_release(memory, method=method, epsilon=epsilon, delta=delta, steps=steps,
                         kappa=kappa, gamma=gamma, output_projection=output_projection,
-                        queries=q.shape[0])
-    T = plan.steps
+                        release=release, queries=q.shape[0])
+    Q, T, d = q.shape[0], plan.steps, q.shape[1]
     h = as_float_array("history", history)
-    if h.ndim != 3 or h.shape[0] != q.shape[0] or h.shape[2] != q.shape[1] or h.shape[1] < T:
-        raise ValueError(f"history must have shape (Q, T, d) = {(q.shape[0], T, q.shape[1])};"
-                         f" got {h.shape}.")
-    hist = np.zeros((q.shape[0], T + 1, q.shape[1]))
+    if h.ndim != 3 or h.shape[0] != Q or h.shape[2] != d or h.shape[1] < T:
+        raise ValueError(f"history must have shape (Q, T, d) = {(Q, T, d)}; got {h.shape}.")
+    hist = np.zeros((Q, T + 1, d))
     hist[:, :T] = h[:, :T]
-
+    counts = _check_counts(released_counts, plan.release == "count", (Q, T))
     trace: dict = {}
-    arrays = _iterative(memory, q, plan, None, history=hist, trace=trace)
-    scale = arrays["smooth_sensitivity"] if method == "brace" else arrays["noise_std"]
-    return CertificateTrace(np.stack(trace["pre_noise"], axis=1), scale, trace.get("G"))
+    _iterative(memory, q, plan, None, history=hist, trace=trace, counts=counts)
+    return CertificateTrace(np.stack(trace["pre_noise"], axis=1),
+                            np.stack(trace["scale"], axis=1), trace.get("G"))
+
+
+def _check_counts(counts: Any, needed: bool, shape: tuple[int, int]) -> np.ndarray | None:
+    """The released noisy counts of a count release along a history (integers, (Q, T))."""
+    if not needed:
+        if counts is not None:
+            raise ValueError("released_counts is for release='count' (with epsilon and "
+                             "delta); pass released_counts=None.")
+        return None
+    if counts is None:
+        raise ValueError("release='count' needs released_counts, the released noisy gate "
+                         f"counts of shape (Q, T) = {shape}; pass res.released_counts.")
+    arr = np.asarray(counts)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"released_counts must be an integer array; got dtype {arr.dtype}.")
+    if arr.ndim != 2 or arr.shape[0] != shape[0] or arr.shape[1] < shape[1]:
+        raise ValueError(f"released_counts must have shape (Q, T) = {shape}; got "
+                         f"{arr.shape}.")
+    return arr[:, : shape[1]].astype(np.int64, copy=False)
 
 
 def no_correction_kappa(steps: int) -> float:

@@ -14,7 +14,7 @@ Where is the release mode chosen? Here: ``release`` (``"smooth"``, ``"count"`` o
 >>> plan = brace.plan_release((1000, 2), radius=0.5, method="brace", epsilon=4.0,
 ...                           delta=1e-5, steps=2, release="count")
 >>> plan.release, plan.gamma_rule, plan.count_margin
-('count', 'none (count release)', 66)
+('count', 'none (count release)', 70)
 """
 
 from __future__ import annotations
@@ -201,8 +201,9 @@ def plan_release(
         evaluation along a fixed history (:func:`brace.certificate`): no calibration
         (``spent`` None, noise multiplier 1) and γ is used as given (any γ ≥ 0).
     release : {"smooth", "count", "auto"} or None
-        None: :data:`DEFAULT_RELEASE` for BRACE with ``accounting="rdp"``, else
-        ``"smooth"`` (the baselines have fixed sensitivity; the other modes need RDP).
+        None: :data:`DEFAULT_RELEASE` for BRACE with ``accounting="rdp"`` and a budget,
+        else ``"smooth"`` (the baselines have fixed sensitivity; the other modes need RDP
+        and the budget).
     queries : int
         Queries answered by the call (``spent.epsilon_total`` composes over them).
     radius : float
@@ -257,7 +258,7 @@ def plan_release(
     proj = check_bool("output_projection", output_projection)
     Q = check_int_at_least("queries", queries, 1)
     if release is None:
-        release = DEFAULT_RELEASE if brace and accounting == "rdp" else "smooth"
+        release = DEFAULT_RELEASE if brace and accounting == "rdp" and budget else "smooth"
     if release not in RELEASE_MODES:
         raise ValueError(f"release must be 'smooth', 'count' or 'auto'; got {release!r}.")
     if release == "auto" and (not brace or accounting != "rdp"):
@@ -267,6 +268,9 @@ def plan_release(
         raise ValueError("release='count' is a BRACE release with accounting='rdp'; got "
                          f"method={method!r}, accounting={accounting!r}.")
 
+    if not budget and release != "smooth":
+        raise ValueError(f"release={release!r} needs the budget (epsilon, delta): its split "
+                         "and margin are calibrated from it.")
     common = dict(method=method, steps=T, radius=r, kappa=kap, accounting=accounting,
                   output_projection=proj, n=n, dim=dim, queries=Q)
     if not budget:
@@ -341,11 +345,13 @@ def _check_gamma(gamma: Any, method: str, accounting: str) -> tuple[Any, str]:
     return g, "given"
 
 
+@functools.lru_cache(maxsize=64)
 def _choose_release(eps: float, dlt: float, T: int, d: int, n: int
                     ) -> tuple[str, str, float | None]:
     """``release="auto"``: the mode with the smaller predicted noise/oracle ratio
     (geometric mean over gate sizes; public ε, δ, T, d, n). Returns the mode, its rule
-    and the γ of the smooth mode (the gate rule's; None when the count release wins)."""
+    and the γ of the smooth mode (the gate rule's; None when the count release wins).
+    Memoised: a deterministic function of public values that costs seconds."""
     w_smooth, _, g_smooth = _acc.predicted_noise_ratio("smooth", eps, dlt, T, dim=d, n=n)
     w_count, _, _ = _acc.predicted_noise_ratio("count", eps, dlt, T, dim=d, n=n)
     release = "count" if w_count < w_smooth else "smooth"
@@ -354,7 +360,9 @@ def _choose_release(eps: float, dlt: float, T: int, d: int, n: int
     return release, rule, g_smooth if release == "smooth" else None
 
 
+@functools.lru_cache(maxsize=64)
 def _gamma_for_gates(eps: float, dlt: float, T: int, d: int, n: int) -> float:
+    """The gate-size rule's γ (memoised, as :func:`_choose_release`)."""
     g = _acc.choose_gamma_for_gates(eps, dlt, T, dim=d, n=n)
     if check_nonnegative("gamma", g) == 0:  # pragma: no cover - the rule returns γ > 0
         raise ValueError("gamma must be > 0 for BRACE (γ = 0 is global sensitivity).")
