@@ -250,24 +250,6 @@ class PrivateRetrievalResult:
         return self.summary(diagnostics=True)
 
 
-def _check_noise(noise: Any, shape: tuple[int, ...]) -> np.ndarray | None:
-    if noise is None:
-        return None
-    arr = np.asarray(noise)
-    if arr.dtype.kind not in "f":
-        raise TypeError(
-            f"_innovations must be a float array of standard normal draws; got {arr.dtype}."
-        )
-    if arr.shape != shape:
-        raise ValueError(f"_innovations must have shape {shape} (Q, R, d); got {arr.shape}.")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError("_innovations contains non-finite values.")
-    return arr.astype(np.float64, copy=False)
-
-
-INNOVATIONS_REASON = "innovations supplied by the caller (_innovations), not drawn"
-
-
 def private_retrieve(
     memory: LSRMemory,
     queries: Any,
@@ -371,8 +353,8 @@ def private_retrieve(
     if not isinstance(memory, LSRMemory):
         raise TypeError(f"memory must be an LSRMemory; got {type(memory).__name__}.")
     X, _ = memory._bank()
-    q, was_1d = check_queries(queries, X.shape[1], name="queries")
-    # every choice (release mode, γ, calibration) is made here, from public values only
+    q, _ = check_queries(queries, X.shape[1], name="queries")
+    # every choice (release mode, γ, calibration), from public values only
     plan = plan_release(memory, method=method, epsilon=epsilon, delta=delta, steps=steps,
                         kappa=kappa, gamma=gamma, accounting=accounting,
                         output_projection=output_projection, release=release,
@@ -504,6 +486,24 @@ def _check_counts(counts: Any, needed: bool, shape: tuple[int, int]) -> np.ndarr
         raise ValueError(f"released_counts must have shape (Q, T) = {shape}; got "
                          f"{arr.shape}.")
     return arr[:, : shape[1]].astype(np.int64, copy=False)
+
+
+def _check_noise(noise: Any, shape: tuple[int, ...]) -> np.ndarray | None:
+    if noise is None:
+        return None
+    arr = np.asarray(noise)
+    if arr.dtype.kind not in "f":
+        raise TypeError(
+            f"_innovations must be a float array of standard normal draws; got {arr.dtype}."
+        )
+    if arr.shape != shape:
+        raise ValueError(f"_innovations must have shape {shape} (Q, R, d); got {arr.shape}.")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("_innovations contains non-finite values.")
+    return arr.astype(np.float64, copy=False)
+
+
+INNOVATIONS_REASON = "innovations supplied by the caller (_innovations), not drawn"
 
 
 def no_correction_kappa(steps: int) -> float:
