@@ -39,11 +39,10 @@ from ._validation import (
     check_bool,
     check_output_size,
     check_queries,
-    check_steps,
     rng_and_record,
 )
 from .memory import LSRMemory
-from .plan import DEFAULT_KAPPA, METHODS, PRIVATE_METHODS, plan_release
+from .plan import DEFAULT_KAPPA, METHODS, PRIVATE_METHODS, no_correction_kappa, plan_release
 
 __all__ = [
     "DEFAULT_KAPPA",
@@ -504,15 +503,3 @@ def _check_noise(noise: Any, shape: tuple[int, ...]) -> np.ndarray | None:
 
 
 INNOVATIONS_REASON = "innovations supplied by the caller (_innovations), not drawn"
-
-
-def no_correction_kappa(steps: int) -> float:
-    """Smallest κ of the form ``(2T+1)²/T·(1 + 10⁻⁶)``: with the output projection no bank
-    can activate the correction, so BRACE is smooth-sensitivity private mean shift.
-
-    In exact arithmetic ``κ ≥ (2T+1)²/T`` suffices (``docs/privacy.md`` §4); the relative
-    ``10⁻⁶`` covers the public rounding slack (§8) for inputs whose slack is below
-    ``10⁻⁷ r`` (every bank within ``~10⁶ r`` of the origin).
-    """
-    T = check_steps(steps)
-    return (2 * T + 1) ** 2 / T * (1.0 + 1e-6)

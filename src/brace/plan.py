@@ -44,6 +44,7 @@ __all__ = [
     "PRIVATE_METHODS",
     "RELEASE_MODES",
     "ReleasePlan",
+    "no_correction_kappa",
     "plan_release",
 ]
 
@@ -53,6 +54,7 @@ RELEASE_MODES = ("smooth", "count", "auto")
 DEFAULT_KAPPA = 128.0  # BRACE activation κ of private_retrieve and of every CLI flag
 DEFAULT_RELEASE = "smooth"  # BRACE release mode when none is given (one of RELEASE_MODES)
 FIXED = "fixed sensitivity"  # the release mode of the baselines
+COUNT_PROPOSAL_DELTA = 0.5  # release="count": the proposals' share of δ (δ_c = share·δ/T)
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,8 @@ class ReleasePlan:
         (``PrivacySpent.for_queries``); None without budget.
     count_share : float or None — count release: share of the per-step zCDP budget spent
         on the noisy count (its ε_c, δ_c and margin are in ``spent``).
+    proposal_delta : float or None — count release: share of δ given to the proposals'
+        failure probability (``δ_c = proposal_delta·δ/T``).
     """
 
     method: str
@@ -97,6 +101,7 @@ class ReleasePlan:
     noise_multiplier: float
     spent: PrivacySpent | None
     count_share: float | None = None
+    proposal_delta: float | None = None
 
     @property
     def is_private(self) -> bool:
@@ -163,7 +168,8 @@ class ReleasePlan:
             f"{self.noise_multiplier:.8g}, output projection = {self.output_projection}",
         ]
         if self.release == "count":
-            lines.append(f"  count release: share {self.count_share:g}, eps_c = "
+            lines.append(f"  count release: share {self.count_share:g} of rho, "
+                         f"{self.proposal_delta:g} of delta, eps_c = "
                          f"{self.eps_count:.6g}, delta_c = {self.delta_count:.3g}, "
                          f"margin {self.count_margin}")
         if self.spent is not None:
@@ -235,7 +241,8 @@ def plan_release(
        ``releases`` steps (1 for the endpoint method, else T; §6). Count:
        :func:`brace.accounting.calibrate_count`, ``ρ_s`` split into the count's
        ``(ε_c + log(1/(1 − δ_c)))²/2 = share·ρ_s`` and the Gaussian's
-       ``ρ_G = (1 − share)·ρ_s``, ``δ_c = δ/(2T)`` and the margin
+       ``ρ_G = (1 − share)·ρ_s``, ``δ_c = δ/(2T)`` (the proposals' share of δ is 1/2)
+       and the margin
        ``M = ⌈log(1/(δ_c(1 + e^{−ε_c})))/ε_c⌉`` (§9). The noise multiplier is
        ``1/sqrt(2ρ)`` (``1/sqrt(2ρ_G)`` for the count release).
     """
@@ -286,10 +293,11 @@ def plan_release(
         if release == "smooth":
             gamma_rule = "gates"
     # 2. γ (the "gates" rule, when asked for and needed) and 3. the calibration
-    share = None
+    share = f_delta = None
     if release == "count":
-        share = _acc.COUNT_SHARE
-        spent = _acc.calibrate_count(eps, dlt, T, dim=dim, count_share=share)
+        share, f_delta = _acc.COUNT_SHARE, COUNT_PROPOSAL_DELTA
+        spent = _acc.calibrate_count(eps, dlt, T, dim=dim, count_share=share,
+                                     proposal_delta=f_delta)
         gamma_rule = "none (count release)"
     else:
         if gamma_rule == "gates" and gamma is None and brace and accounting == "rdp":
@@ -305,6 +313,7 @@ def plan_release(
         noise_multiplier=spent.noise_multiplier,
         spent=spent.for_queries(Q),
         count_share=share,
+        proposal_delta=f_delta,
     )
 
 
@@ -377,3 +386,15 @@ def _calibrate(eps: float, dlt: float, releases: int, dim: int, gamma: float | N
     tens of ms."""
     return _acc.calibrate(eps, dlt, releases, dim=dim, gamma=gamma, accounting=accounting,
                           mechanism=method)
+
+
+def no_correction_kappa(steps: int) -> float:
+    """Smallest κ of the form ``(2T+1)²/T·(1 + 10⁻⁶)``: with the output projection no bank
+    can activate the correction, so BRACE is smooth-sensitivity private mean shift.
+
+    In exact arithmetic ``κ ≥ (2T+1)²/T`` suffices (``docs/privacy.md`` §4); the relative
+    ``10⁻⁶`` covers the public rounding slack (§8) for inputs whose slack is below
+    ``10⁻⁷ r`` (every bank within ``~10⁶ r`` of the origin).
+    """
+    T = check_steps(steps)
+    return (2 * T + 1) ** 2 / T * (1.0 + 1e-6)
