@@ -167,3 +167,30 @@ def test_default_release_is_one_constant(monkeypatch):
 def test_bad_plan_arguments(call, exc, match):
     with pytest.raises(exc, match=match):
         call(LSRMemory(_bank(), radius=R))
+
+
+def test_auto_release_follows_the_default_release_rule():
+    """``release="auto"`` (``docs/privacy-accounting.md`` §10): the choice of
+    ``accounting.choose_release`` from public values; a caller's γ means the smooth
+    release with it; the count release only where no correction can fire."""
+    from brace.accounting import choose_release
+
+    mem = LSRMemory(_bank(n=400, d=64, seed=2), radius=R)
+    args = dict(method="brace", epsilon=1.0, delta=1e-5, steps=3, release="auto")
+    want = choose_release(1.0, 1e-5, 3, dim=64, n=400)
+    plan = plan_release(mem, kappa=np.inf, **args)
+    assert plan.release == want.release == "count"  # small ε, d = 64: dimension-free
+    assert plan.release_rule == want.rule
+    assert (plan.count_share, plan.proposal_delta) == (want.count_share, want.proposal_delta)
+    assert plan.delta_count == pytest.approx(want.proposal_delta * 1e-5 / 3)
+    assert plan_release(mem, kappa=brace.plan.no_correction_kappa(3), **args).release == "count"
+    # a correction that can fire keeps the certificate
+    for kw in (dict(kappa=0.0), dict(kappa=128.0, output_projection=False)):
+        smooth = plan_release(mem, **kw, **args)
+        no_count = choose_release(1.0, 1e-5, 3, dim=64, n=400, allow_count=False)
+        assert smooth.release == "smooth" and smooth.gamma == no_count.gamma
+        assert smooth.gamma_rule.startswith("auto")
+    given = plan_release(mem, kappa=np.inf, gamma=1e-4, **args)
+    assert (given.release, given.gamma, given.gamma_rule) == ("smooth", 1e-4, "given")
+    gates = plan_release(mem, kappa=np.inf, gamma="gates", **args)
+    assert gates.release == "smooth" and gates.gamma_rule == "gates"

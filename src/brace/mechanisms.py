@@ -320,10 +320,14 @@ def private_retrieve(
         proposes the public sensitivity ``b_t = 2r/max(m̃_t − margin, 1)``, then adds
         Gaussian noise of std ``b_t/sqrt(2ρ_G)``; no variance mismatch, so the cost does not
         grow with d. No boundary correction (κ is ignored). The noisy counts are part of the
-        release (``released_counts``). ``"auto"``: whichever of ``"count"`` and
-        ``"smooth"`` with ``gamma="gates"`` has the smaller predicted noise/oracle ratio
-        (geometric mean over gate sizes (:func:`brace.accounting.predicted_noise_ratio`; public
-        ε, δ, T, d, n only)); the choice is recorded in ``params["release_rule"]``.
+        release (``released_counts``). ``"auto"`` (``docs/privacy-accounting.md`` §10):
+        with a γ given (a number or ``"gates"``), the smooth release with it; otherwise
+        :func:`brace.accounting.choose_release` picks, from public ε, δ, T, d, n only,
+        the smooth release (largest γ) or the count release (largest count share) whose
+        noise never exceeds 1.05× global, by the smaller predicted noise/oracle ratio
+        over gate sizes — the count release only where no correction can fire (κ = ∞,
+        or ``κ ≥ no_correction_kappa(T)`` with the projection). The choice is recorded
+        in ``params["release_rule"]`` (and γ's in ``params["gamma_rule"]``).
     progress : callable ``progress(t, T)``, optional
         Called after each released step (``t = 1..T``; once for the endpoint method);
         the CLI uses it for a progress bar on long horizons. Horizons are bounded by

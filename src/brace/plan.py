@@ -227,10 +227,14 @@ def plan_release(
        noise ``N(0, (Δ̄_t/sqrt(2ρ))² I)`` with the smooth certificate Δ̄_t
        (``docs/spec.md`` §5). ``"count"``: a noisy gate count ``m̃_t`` (two-sided
        geometric, pure ε_c-DP) proposes the public ``b_t`` and the step adds
-       ``N(0, (b_t/sqrt(2ρ_G))² I)`` (``docs/privacy-accounting.md`` §9). ``"auto"``:
-       the mode with the smaller geometric-mean predicted noise/oracle ratio over gate
-       sizes (:func:`brace.accounting.predicted_noise_ratio`; the smooth mode then uses
-       the gate rule for γ).
+       ``N(0, (b_t/sqrt(2ρ_G))² I)`` (``docs/privacy-accounting.md`` §9). ``"auto"``
+       (§10): with a γ from the caller (a number or ``"gates"``), the smooth release with
+       it; otherwise :func:`brace.accounting.choose_release` — of the smooth release with
+       the largest γ and the count release with the largest count share whose noise
+       never exceeds 1.05× the global mechanism's, the one with the smaller predicted
+       noise/oracle ratio over gate sizes; the count release is offered only when no
+       correction can fire (κ = ∞, or ``κ ≥ no_correction_kappa(T)`` with the output
+       projection).
     2. **γ** (smooth BRACE). A number: as given (> 0). None: the fraction-0.9 rule
        :func:`brace.accounting.choose_gamma` (largest γ with ``ρ(γ) ≥ 0.9 ρ(0)``,
        ``docs/privacy-accounting.md`` §6). ``"gates"``: the gate-size rule
@@ -241,8 +245,8 @@ def plan_release(
        ``releases`` steps (1 for the endpoint method, else T; §6). Count:
        :func:`brace.accounting.calibrate_count`, ``ρ_s`` split into the count's
        ``(ε_c + log(1/(1 − δ_c)))²/2 = share·ρ_s`` and the Gaussian's
-       ``ρ_G = (1 − share)·ρ_s``, ``δ_c = δ/(2T)`` (the proposals' share of δ is 1/2)
-       and the margin
+       ``ρ_G = (1 − share)·ρ_s``, ``δ_c = f·δ/T`` (share 0.09 and ``f = 1/2`` for
+       ``release="count"``; the choice's for ``"auto"``) and the margin
        ``M = ⌈log(1/(δ_c(1 + e^{−ε_c})))/ε_c⌉`` (§9). The noise multiplier is
        ``1/sqrt(2ρ)`` (``1/sqrt(2ρ_G)`` for the count release).
     """
@@ -274,7 +278,6 @@ def plan_release(
     if release == "count" and (not brace or accounting != "rdp"):
         raise ValueError("release='count' is a BRACE release with accounting='rdp'; got "
                          f"method={method!r}, accounting={accounting!r}.")
-
     if not budget and release != "smooth":
         raise ValueError(f"release={release!r} needs the budget (epsilon, delta): its split "
                          "and margin are calibrated from it.")
@@ -288,14 +291,24 @@ def plan_release(
 
     # 1. the release mode
     release_rule = "given"
-    if release == "auto":
-        release, release_rule, gamma = _choose_release(eps, dlt, T, dim, n)
-        if release == "smooth":
-            gamma_rule = "gates"
-    # 2. γ (the "gates" rule, when asked for and needed) and 3. the calibration
     share = f_delta = None
+    if release == "auto":
+        if gamma_rule in ("given", "gates"):  # a γ from the caller: the smooth release
+            release, release_rule = "smooth", "auto: smooth (gamma given by the caller)"
+        else:
+            # the count release has no correction: offered only where none can fire
+            no_correction = not math.isfinite(kap) or (proj and kap >= no_correction_kappa(T))
+            choice = _acc.choose_release(eps, dlt, T, dim=dim, n=n, allow_count=no_correction)
+            release, release_rule = choice.release, choice.rule
+            if release == "smooth":
+                gamma = choice.gamma
+                gamma_rule = f"auto (largest within {choice.max_global_ratio:g}x global noise)"
+            else:
+                share, f_delta = choice.count_share, choice.proposal_delta
+    # 2. γ (the "gates" rule, when asked for and needed) and 3. the calibration
     if release == "count":
-        share, f_delta = _acc.COUNT_SHARE, COUNT_PROPOSAL_DELTA
+        if share is None:
+            share, f_delta = _acc.COUNT_SHARE, COUNT_PROPOSAL_DELTA
         spent = _acc.calibrate_count(eps, dlt, T, dim=dim, count_share=share,
                                      proposal_delta=f_delta)
         gamma_rule = "none (count release)"
@@ -355,23 +368,9 @@ def _check_gamma(gamma: Any, method: str, accounting: str) -> tuple[Any, str]:
 
 
 @functools.lru_cache(maxsize=64)
-def _choose_release(eps: float, dlt: float, T: int, d: int, n: int
-                    ) -> tuple[str, str, float | None]:
-    """``release="auto"``: the mode with the smaller predicted noise/oracle ratio
-    (geometric mean over gate sizes; public ε, δ, T, d, n). Returns the mode, its rule
-    and the γ of the smooth mode (the gate rule's; None when the count release wins).
-    Memoised: a deterministic function of public values that costs seconds."""
-    w_smooth, _, g_smooth = _acc.predicted_noise_ratio("smooth", eps, dlt, T, dim=d, n=n)
-    w_count, _, _ = _acc.predicted_noise_ratio("count", eps, dlt, T, dim=d, n=n)
-    release = "count" if w_count < w_smooth else "smooth"
-    rule = (f"auto (predicted noise/oracle, geometric mean over gate sizes: "
-            f"smooth {w_smooth:.3g}, count {w_count:.3g})")
-    return release, rule, g_smooth if release == "smooth" else None
-
-
-@functools.lru_cache(maxsize=64)
 def _gamma_for_gates(eps: float, dlt: float, T: int, d: int, n: int) -> float:
-    """The gate-size rule's γ (memoised, as :func:`_choose_release`)."""
+    """The gate-size rule's γ (memoised: a deterministic function of public values that
+    costs seconds)."""
     g = _acc.choose_gamma_for_gates(eps, dlt, T, dim=d, n=n)
     if check_nonnegative("gamma", g) == 0:  # pragma: no cover - the rule returns γ > 0
         raise ValueError("gamma must be > 0 for BRACE (γ = 0 is global sensitivity).")
