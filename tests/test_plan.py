@@ -44,7 +44,7 @@ def test_certificate_and_private_retrieve_agree(method, kw):
     """Along the released history, the certificate's noise scale times the plan's noise
     multiplier is the release's noise std, and its pre-noise means plus that noise are
     the released states (bit for bit, with the innovations regenerated from the seed)."""
-    X = _bank()
+    X = _bank(n=400, m=300)  # a gate large against the count release's margin
     mem = LSRMemory(X, radius=R)
     q = X[:4] + 0.05
     Q, d, T, eps, dlt, seed = 4, 2, 3, 4.0, 1e-5, 11
@@ -68,6 +68,8 @@ def test_certificate_and_private_retrieve_agree(method, kw):
         np.testing.assert_array_equal(y, res.outputs[:, t])
     if kw.get("kappa") == 0.0:
         assert res.activated.any()  # the case exercises the boundary correction
+    if counts is not None:  # and the proposal, not only the cap 2r + σ
+        assert np.any(counts - res.privacy.count_margin > 1)
     if res.params["release"] == "smooth":
         # the budget-free form (γ as released, multiplier 1) gives the same trace
         free = certificate(mem, q, hist, method=method, steps=T, gamma=res.params["gamma"],
