@@ -124,7 +124,8 @@ def test_default_release_is_one_constant(monkeypatch):
     default only (the baselines and the paper's accounting keep their only mode)."""
     mem = LSRMemory(_bank(), radius=R)
     args = dict(epsilon=4.0, delta=1e-5, steps=2)
-    assert plan_release(mem, method="brace", **args).release == brace.plan.DEFAULT_RELEASE
+    explicit = plan_release(mem, method="brace", release=brace.plan.DEFAULT_RELEASE, **args)
+    assert plan_release(mem, method="brace", **args).to_dict() == explicit.to_dict()
     monkeypatch.setattr(brace.plan, "DEFAULT_RELEASE", "count")
     res = private_retrieve(mem, np.zeros(2), method="brace", seed=0, **args)
     assert res.params["release"] == "count" and res.released_counts is not None
