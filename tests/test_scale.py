@@ -262,6 +262,46 @@ def test_mmap_bank_read_in_blocks_without_copy(tmp_path):
         LSRMemory(mm, radius=6.0, index="kdtree").step(Y)
 
 
+@pytest.mark.parametrize("index", ["brute", "kdtree"])
+def test_bank_mutated_during_a_call_is_refused(index, monkeypatch):
+    """Inside one public call the bank is verified at entry and exit only; an edit made
+    between two passes of the call is caught at exit and no result is returned."""
+    from brace import PrivateMemory
+    from brace.mechanisms import private_retrieve
+
+    rng = np.random.default_rng(12)
+    X0 = rng.normal(size=(5000, 2))
+    q = X0[:3] + 0.01
+    orig = LSRMemory.gate_pass
+    calls = []
+
+    def edit_after_first_pass(self, centres, **kw):
+        gp = orig(self, centres, **kw)
+        calls.append(1)
+        if len(calls) == 1:
+            np.asarray(self.bank)[17, 1] += 1e-12  # the caller's (writable) array
+        return gp
+
+    brace_kw = dict(method="brace", epsilon=4.0, delta=1e-5, steps=3, seed=0)
+    for call in (lambda m: m.retrieve(q, 3),
+                 lambda m: private_retrieve(m, q, **brace_kw),
+                 lambda m: PrivateMemory(m.bank, radius=0.3, budget=(100.0, 1e-5))
+                 .retrieve(q, **brace_kw)):
+        mem = LSRMemory(X0.copy(), radius=0.3, index=index)
+        mem._state()
+        monkeypatch.setattr(LSRMemory, "gate_pass", edit_after_first_pass)
+        calls.clear()
+        with pytest.raises(memory_mod.BankMutatedError, match="fingerprint mismatch"):
+            call(mem)
+        assert len(calls) > 1  # the edit happened mid-call, after the entry check
+        monkeypatch.setattr(LSRMemory, "gate_pass", orig)
+        mem.bank = mem.bank  # same array object: still refused until reassigned anew
+        with pytest.raises(memory_mod.BankMutatedError):
+            mem.retrieve(q, 3)
+        mem.bank = np.array(mem.bank)  # the remedy: new contents, validated afresh
+        np.testing.assert_array_equal(mem.retrieve(q, 3)[:, 0], q)
+
+
 def test_private_retrieve_float32_and_mmap(tmp_path):
     from brace.mechanisms import private_retrieve
 
