@@ -202,6 +202,18 @@ def test_auto_index_and_bad_settings():
         np.testing.assert_array_equal(
             LSRMemory(X, radius=0.1, threads=t, index="brute").gate_pass(Y).counts,
             mem.gate_pass(Y).counts)
+    # dense gates: "auto" falls back to brute force (the choice never changes a result)
+    from brace._spatial import dense_gates
+
+    assert not dense_gates(X, Y, 0.1) and dense_gates(X, Y, 1.5)
+    for r in (0.1, 1.5):
+        pairs = (np.arange(4), np.arange(4)[::-1])
+        gps = [LSRMemory(X, radius=r, index=i).gate_pass(Y, pairs=pairs)
+               for i in ("auto", "kdtree", "brute")]
+        for gp in gps[1:]:
+            np.testing.assert_array_equal(gp.counts, gps[0].counts)
+            np.testing.assert_array_equal(gp.pair_counts, gps[0].pair_counts)
+            np.testing.assert_allclose(gp.sums, gps[0].sums, rtol=1e-12)
 
 
 @pytest.mark.parametrize(("bank", "exc", "msg"), [

@@ -656,8 +656,10 @@ class LSRMemory(_MemoryBase):
         How gate candidates are found. ``"kdtree"``: a ``scipy.spatial.cKDTree`` over the
         bank (built once, a float64 copy of the bank) proposes candidates within
         ``r(1 + 1e-9)``; ``"brute"``: blocked distance tiles. ``"auto"`` takes the tree for
-        in-memory banks with ``d ≤ 8`` and ``n ≥ 4096``. Results are identical either way
-        (membership is always the direct formula).
+        in-memory banks with ``d ≤ 8`` and ``n ≥ 4096``, pass by pass unless the gates
+        look dense (a sampled share of the bank above ``0.08/d`` per gate, where brute
+        force is faster). Results are identical either way (membership is always the
+        direct formula); the choice only changes the run time.
     threads : int or None, default 1
         BLAS threads during a pass (threadpoolctl). One thread measured fastest on the
         2-core development machine (docs/benchmarks.md); ``None`` leaves BLAS as is.
@@ -728,6 +730,11 @@ class LSRMemory(_MemoryBase):
                 from ._dask import dask_gate_pass
 
                 return dask_gate_pass(st, centres, r, threads=threads, **kw)
+            if index == "kdtree" and self.index == "auto":
+                from ._spatial import dense_gates
+
+                if dense_gates(st.X, centres, r):
+                    index = "brute"
             if index == "kdtree":
                 from ._spatial import kdtree_gate_pass
 
