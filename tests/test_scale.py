@@ -314,6 +314,30 @@ def test_bank_mutated_during_a_call_is_refused(index, monkeypatch):
         np.testing.assert_array_equal(mem.retrieve(q, 3)[:, 0], q)
 
 
+def test_a_pinned_call_hashes_the_bank_twice(monkeypatch):
+    """One public call reads the bank for its fingerprint at entry and at exit only (the
+    passes inside skip theirs); a lone gate pass still hashes what it reads."""
+    import brace._fingerprint as fp
+    from brace.mechanisms import private_retrieve
+
+    X = np.random.default_rng(14).normal(size=(3000, 8))
+    mem = LSRMemory(X, radius=2.0, index="brute")
+    mem._state()
+    hashed = []
+    orig = fp.BankHasher.update
+    monkeypatch.setattr(fp.BankHasher, "update",
+                        lambda self, rows: (hashed.append(rows.shape[0]), orig(self, rows)))
+    for call in (lambda: mem.retrieve(X[:5], 4),
+                 lambda: private_retrieve(mem, X[:5], method="brace", epsilon=4.0,
+                                          delta=1e-5, steps=4, seed=0)):
+        hashed.clear()
+        call()
+        assert sum(hashed) == 2 * X.shape[0]
+    hashed.clear()
+    mem.gate_pass(X[:5])
+    assert sum(hashed) == X.shape[0]
+
+
 def test_private_retrieve_float32_and_mmap(tmp_path):
     from brace.mechanisms import private_retrieve
 
