@@ -30,7 +30,7 @@ from .mechanisms import (
     PrivateRetrievalResult,
     private_retrieve,
 )
-from .memory import LSRMemory
+from .memory import LSRMemory, pins_bank
 from .plan import plan_release
 
 __all__ = ["BudgetExceededError", "PrivateMemory"]
@@ -149,6 +149,7 @@ class PrivateMemory:
         return state.releases, state.spent
 
     # ----------------------------------------------------------------------------------
+    @pins_bank
     def retrieve(self, queries: Any, *, steps: int, epsilon: float, delta: float,
                  method: str = "brace", seed: Any = None, **kw: Any) -> PrivateRetrievalResult:
         """A private release (as :func:`brace.private_retrieve`, per-query (ε, δ)),

@@ -41,7 +41,7 @@ from ._validation import (
     check_queries,
     rng_and_record,
 )
-from .memory import LSRMemory
+from .memory import LSRMemory, pins_bank
 from .plan import DEFAULT_KAPPA, METHODS, PRIVATE_METHODS, no_correction_kappa, plan_release
 
 __all__ = [
@@ -249,6 +249,7 @@ class PrivateRetrievalResult:
         return self.summary(diagnostics=True)
 
 
+@pins_bank
 def private_retrieve(
     memory: LSRMemory,
     queries: Any,
@@ -420,6 +421,7 @@ class CertificateTrace:
     G: list | None
 
 
+@pins_bank
 def certificate(
     memory: LSRMemory,
     queries: Any,

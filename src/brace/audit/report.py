@@ -127,7 +127,7 @@ def report(rc: ReportConfig = ReportConfig(), *, progress: bool = True) -> dict:
 def format_report(rep: dict) -> str:
     """The report as a text table (claimed ε vs ε_lb)."""
     cfg = rep["config"]
-    head = (f"{'mechanism':<44} {'d':>1} {'n':>3} {'T':>1} {'claimed eps':>11} "
+    head = (f"{'mechanism':<52} {'d':>1} {'n':>3} {'T':>1} {'claimed eps':>11} "
             f"{'eps_lb':>7} {'runs/side':>9}  {'verdict':<10} pair")
     lines = [
         f"Privacy audit: delta = {cfg['delta']:g}, confidence {1 - cfg['alpha']:g} per row, "
@@ -139,7 +139,7 @@ def format_report(rep: dict) -> str:
     for r in rep["rows"]:
         p = r["pair"]
         lines.append(
-            f"{r['label']:<44} {r['d']:>1} {r['n']:>3} {r['steps']:>1} "
+            f"{r['label']:<52} {r['d']:>1} {r['n']:>3} {r['steps']:>1} "
             f"{r['claimed_epsilon']:>11g} {r['epsilon_lb']:>7.3f} {r['n_runs_per_side']:>9d}  "
             f"{r['verdict']:<10} {p['kind']} at {p['centre']}, |I(q)| "
             f"{p['gate_q'][0]}->{p['gate_q'][1]}"
