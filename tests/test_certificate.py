@@ -238,6 +238,18 @@ def test_certificate_matches_the_slow_reference(seed):
     np.testing.assert_allclose(cert.noise_scale[0], sens, rtol=0, atol=2 * g)
     for t in range(T):
         np.testing.assert_allclose(cert.G[t][0], G[t], rtol=0, atol=2 * g)
+    # the switch bound only adds a term to a min: never a larger certificate than the
+    # walk bound alone
+    sens_walk, _ = reference_certificate(X, q, hist, T, r, kappa, gamma, rule=_walk_rule)
+    assert np.all(cert.noise_scale[0] <= sens_walk + 2 * g)
+
+
+def _walk_rule(r, tau, s, sig, a, W, nc):
+    """The clean-trajectory step bound before issue 13 (cap and walk only)."""
+    c = min(2 * (r + tau) + a, 2 * s * (r + tau + sig))
+    if nc < 1:
+        return c, "cap"
+    return min((c, "cap"), (2 * (r + tau + a) * (W + 1) / (nc + 1), "walk"))
 
 
 def test_numerics_constants():
