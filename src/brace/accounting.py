@@ -93,6 +93,9 @@ __all__ = [
     "calibrate",
     "calibrate_count",
     "predicted_noise_ratio",
+    "choose_release",
+    "ReleaseChoice",
+    "AUTO_GLOBAL_RATIO",
     "PrivacySpent",
     "format_spent",
     "ACCOUNTING_RULES",
@@ -1012,6 +1015,18 @@ def format_spent(spent: PrivacySpent) -> str:
     return str(spent)
 
 
+def _gate_grid(eps: float, dl: float, n: int) -> tuple[int, np.ndarray]:
+    """``m_min = ⌈20·log(1/δ)/ε⌉`` (clipped to ``[2, n]``) and 40 log-spaced gates in
+    ``[m_min, n]``."""
+    m0 = int(min(max(math.ceil(GATE_RULE_MARGIN * math.log(1.0 / dl) / eps), 2), max(n, 2)))
+    return m0, np.unique(np.round(np.geomspace(m0, max(n, m0), 40)))
+
+
+def _count_ratio(ms: np.ndarray, spent: PrivacySpent, rho0: float) -> np.ndarray:
+    """Predicted count-release noise / oracle at gates ``ms`` (median proposal ``m − M``)."""
+    return ms / np.maximum(ms - spent.count_margin, 1.0) * math.sqrt(rho0 / spent.rho_per_step)
+
+
 def predicted_noise_ratio(
     release: str, epsilon: float, delta: float, steps: int, *, dim: int, n: int,
 ) -> tuple[float, float, float | None]:
@@ -1021,37 +1036,134 @@ def predicted_noise_ratio(
     ``gate_factor(γ, m, n)·sqrt(ρ_0/ρ(γ))``. ``"count"``: with the median proposal
     ``m − margin``, ``m/max(m − margin, 1)·sqrt(ρ_0/ρ_G)``. Returns the geometric mean over a
     log grid of 40 gate sizes, the worst ratio, and the γ (None for the count release).
-    ``release="auto"`` picks the mode with the smaller geometric mean (``docs/utility.md``).
+    The default release (:func:`choose_release`) compares the same predictions under its
+    cap on the ratio to the global mechanism.
     """
     eps, dl, t, d, _ = _check_common(epsilon, delta, steps, dim, 0.0)
     nn = check_int_at_least("n", n, 1)
-    m0 = int(min(max(math.ceil(GATE_RULE_MARGIN * math.log(1.0 / dl) / eps), 2), max(nn, 2)))
-    ms = np.unique(np.round(np.geomspace(m0, max(nn, m0), 40)))
+    m0, ms = _gate_grid(eps, dl, nn)
     rho0 = _calibrate_rho(eps, dl, t, d, 0.0)
     if release == "smooth":
         g = _gate_rule(eps, dl, t, d, nn, m0)
         ratio = gate_factor(g, ms, nn) * math.sqrt(rho0 / _calibrate_rho(eps, dl, t, d, g))
     elif release == "count":
-        s = calibrate_count(eps, dl, t, dim=d)
-        ratio = ms / np.maximum(ms - s.count_margin, 1.0) * math.sqrt(rho0 / s.rho_per_step)
+        ratio = _count_ratio(ms, calibrate_count(eps, dl, t, dim=d), rho0)
         g = None
     else:
         raise ValueError(f"release must be 'smooth' or 'count'; got {release!r}.")
     return float(np.exp(np.mean(np.log(ratio)))), float(ratio.max()), g
-    raise ValueError(f"release must be 'smooth' or 'count'; got {release!r}.")
+
+
+AUTO_GLOBAL_RATIO = 1.05  # the default release never adds more than this × global noise
+
+
+@dataclasses.dataclass(frozen=True)
+class ReleaseChoice:
+    """What :func:`choose_release` picked for a BRACE call, from public values only.
+
+    ``release``: ``"smooth"`` (certificate, smoothness ``gamma``) or ``"count"``
+    (noisy-count proposal, ``count_share`` of each step's zCDP budget, a share
+    ``proposal_delta`` of δ for the proposals' failures). ``predicted``: the geometric-mean
+    predicted noise / oracle of each admissible candidate; ``global_ratio``: the chosen
+    mode's noise bound relative to the global mechanism (≤ ``max_global_ratio``).
+    """
+
+    release: str
+    gamma: float | None
+    count_share: float | None
+    proposal_delta: float | None
+    global_ratio: float
+    max_global_ratio: float
+    predicted: dict
+
+    @property
+    def rule(self) -> str:
+        """One line for ``params["release_rule"]``."""
+        pred = ", ".join(f"{k} {v:.3g}" for k, v in self.predicted.items())
+        return (f"auto: least predicted noise/oracle (geometric mean over gate sizes; {pred}) "
+                f"among modes never above {self.max_global_ratio:g}x global noise")
+
+
+def choose_release(
+    epsilon: float, delta: float, steps: int, *, dim: int, n: int,
+    max_global_ratio: float = AUTO_GLOBAL_RATIO,
+) -> ReleaseChoice:
+    """The default BRACE release, chosen from public ``(ε, δ, T, d, n)`` only
+    (``docs/privacy-accounting.md`` §10).
+
+    Two candidates, each restricted so that its noise std never exceeds
+    ``max_global_ratio`` times the global mechanism's (``2r + σ`` over ``sqrt(2ρ_0)``)
+    at any bank — a bound that holds at every step because both sensitivities are capped at
+    ``2r + σ``:
+
+    * smooth: the largest γ with ``sqrt(ρ_0/ρ(γ)) ≤ max_global_ratio`` (:func:`choose_gamma`
+      with fraction ``1/max_global_ratio²``) — within that factor of the minimax γ over
+      gate sizes restricted to the same set, since ``gate_factor`` decreases in γ;
+    * count: the largest count share with ``sqrt(ρ_0/ρ_G) ≤ max_global_ratio``
+      (``ρ_G = (1 − share)·ρ_s``, closed form), a tenth of δ for the proposals.
+
+    It returns the one with the smaller geometric-mean predicted noise/oracle ratio over
+    gate sizes ``m ∈ [⌈20·log(1/δ)/ε⌉, n]``. Memoised; deterministic.
+    """
+    eps, dl, t, d, _ = _check_common(epsilon, delta, steps, dim, 0.0)
+    nn = check_int_at_least("n", n, 1)
+    lim = check_positive("max_global_ratio", max_global_ratio)
+    if not lim >= 1.0:
+        raise ValueError(f"max_global_ratio must be >= 1; got {lim}.")
+    return _choose_release(eps, dl, t, d, nn, lim)
+
+
+AUTO_PROPOSAL_DELTA = 0.1  # share of δ given to the count proposals' failures (auto)
+
+
+@functools.lru_cache(maxsize=512)
+def _choose_release(eps: float, dl: float, t: int, d: int, n: int, lim: float) -> ReleaseChoice:
+    m0, ms = _gate_grid(eps, dl, n)
+    rho0 = _calibrate_rho(eps, dl, t, d, 0.0)
+    strict = lim * (1.0 - 1e-6)  # room for the grid rounding of the bounds
+    pred: dict = {}
+    cand: list = []
+    # The largest admissible γ: gate_factor decreases in γ and sqrt(ρ_0/ρ(γ)) ∈ [1, lim] on
+    # the admissible set, so it is within lim of the constrained minimax (§10).
+    g = _choose_gamma(eps, dl, t, d, 1.0 / (strict * strict))
+    if g > 0.0:
+        gr = math.sqrt(rho0 / _calibrate_rho(eps, dl, t, d, g))
+        w = float(np.exp(np.mean(np.log(gate_factor(g, ms, n) * gr))))
+        pred["smooth"] = w
+        cand.append((w, "smooth", g, None, gr))
+    f = AUTO_PROPOSAL_DELTA
+    rho_s = _calibrate_rho(eps + math.log1p(-f * dl), (1.0 - f) * dl, t, d, 0.0)
+    share = min(COUNT_SHARE_MAX, 1.0 - rho0 / (strict * strict * rho_s))
+    if share > 0.0:
+        try:
+            sp = calibrate_count(eps, dl, t, dim=d, count_share=share, proposal_delta=f)
+        except ValueError:
+            sp = None
+        if sp is not None:
+            w = float(np.exp(np.mean(np.log(_count_ratio(ms, sp, rho0)))))
+            pred["count"] = w
+            cand.append((w, "count", None, share, math.sqrt(rho0 / sp.rho_per_step)))
+    if not cand:  # pragma: no cover - γ = 1e-4 always passes at lim ≥ 1.05
+        raise ValueError(f"no release mode stays within {lim:g}x global noise at "
+                         f"epsilon={eps}, delta={dl}, T={t}, d={d}.")
+    w, rel, gam, share, gr = min(cand, key=lambda c: c[0])
+    return ReleaseChoice(rel, gam, share, f if rel == "count" else None, gr, lim, pred)
 
 
 COUNT_SHARE = 0.09  # default share of the per-step zCDP budget spent on the noisy count
+COUNT_SHARE_MAX = 0.5  # the largest share the default release considers
 
 
 def calibrate_count(
     epsilon: float, delta: float, steps: int, *, dim: int, count_share: float = COUNT_SHARE,
+    proposal_delta: float = 0.5,
 ) -> PrivacySpent:
     """Calibrate the count release (``docs/privacy-accounting.md`` §9) to a target (ε, δ).
 
-    Half of δ is the proposals' failure probability (``δ/(2T)`` per step), the other half
-    is the conversion's. The per-step zCDP budget ``ρ_s`` is the largest whose ``T``-fold
-    RDP composition converts to ``ε + log(1 − δ/2)`` at ``δ/2``; a share ``count_share`` of
+    A share ``proposal_delta`` (default half) of δ is the proposals' failure probability
+    (``proposal_delta·δ/T`` per step), the rest is the conversion's. The per-step zCDP
+    budget ``ρ_s`` is the largest whose ``T``-fold RDP composition converts to
+    ``ε + log(1 − fδ)`` at ``(1 − f)δ`` (``f = proposal_delta``); a share ``count_share`` of
     it pays for the noisy count, ``(ε_c + log(1/(1 − δ_c)))²/2 = share·ρ_s``, the rest for
     the Gaussian, ``ρ_G = (1 − share)·ρ_s``. The result is re-checked with the accountant.
     The margin ``⌈log(1/(δ_c(1 + e^{−ε_c})))/ε_c⌉`` makes ``m̃ − margin`` exceed the gate
@@ -1062,9 +1174,12 @@ def calibrate_count(
     share = check_positive("count_share", count_share)
     if not share < 1.0:
         raise ValueError(f"count_share must lie in (0, 1). Found {share}.")
-    dc = dl / (2.0 * t)
-    target = eps + math.log1p(-dl / 2.0)
-    rho_s = _calibrate_rho(target, dl / 2.0, t, d, 0.0)
+    f = check_positive("proposal_delta", proposal_delta)
+    if not f < 1.0:
+        raise ValueError(f"proposal_delta must lie in (0, 1). Found {f}.")
+    dc = f * dl / t
+    target = eps + math.log1p(-f * dl)
+    rho_s = _calibrate_rho(target, (1.0 - f) * dl, t, d, 0.0)
     eps_c = math.sqrt(2.0 * share * rho_s) + math.log1p(-dc)
     if not eps_c > 0.0:  # pragma: no cover - ρ_s ≫ δ for every supported ε
         raise ValueError(f"epsilon = {eps} is too small for the count release.")
