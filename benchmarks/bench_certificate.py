@@ -18,7 +18,17 @@ and against the trajectory's direction, and ``--random`` uniform points of
 median over queries of ``Δ̄_t / LS_t`` (the looseness; ``LS_t`` is a lower bound, so
 this over-states it by at most the search's shortfall).
 
+With ``--lower-bound``, also a floor under **every** valid certificate at step 2
+(n = 256): any noise scale ``S`` with ``S ≥ LS`` and ``S(D') ≤ e^γ S(D)`` has
+``S(D) ≥ e^{-γk} LS(B)`` for every bank ``B`` at distance ``k`` from ``D``
+(``docs/privacy.md`` §1). The bank ``B_k`` moves ``k`` far rows just inside the
+boundary of the gate at ``z_1(D)``, on the side away from ``q`` (outside the gate at
+``q``, so ``z_1`` is unchanged); its neighbour moves the gate-at-``q`` row furthest
+along ``z_1 − q`` to the opposite boundary, which shifts ``z_1`` back and pushes the
+``k`` rows out of the step-2 gate. The floor is ``max_k e^{-γk} ‖Q_2(B_k) − Q_2(B_k')‖``.
+
     python benchmarks/bench_certificate.py [--quick] [--queries Q] [--json PATH]
+    python benchmarks/bench_certificate.py --lower-bound [--queries Q]
 """
 
 from __future__ import annotations
@@ -94,13 +104,72 @@ def looseness(n, n_queries, seed, gamma, edge, n_random):
     return ratios, g0
 
 
+def lower_bound_step2(X, q, gamma, kmax=30):
+    """``(floor, k)``: ``max_k e^{-γk} ‖Q_2(B_k) − Q_2(B_k')‖`` (see the module docstring)."""
+    mem = LSRMemory(X, radius=R)
+    z = mem.retrieve(q, 2)
+    c1, hist = z[1], z[None, :2]
+    v = c1 - q
+    if not np.linalg.norm(v) > 0:
+        return 0.0, 0
+    u = v / np.linalg.norm(v)
+    inq = np.flatnonzero(np.linalg.norm(X - q, axis=1) <= R)
+    far = np.flatnonzero(np.linalg.norm(X - c1, axis=1) > 2 * R + 1e-9)
+    j = inq[np.argmax((X[inq] - q) @ u)]
+    best = (0.0, 0)
+    for eps in (1e-6, 1e-4, 1e-3):
+        for k in range(min(kmax, len(far)) + 1):
+            B = X.copy()
+            B[far[:k]] = c1 + R * (1 - eps) * u
+            Bp = B.copy()
+            Bp[j] = q - R * (1 - 1e-9) * u
+            pre = [certificate(LSRMemory(b, radius=R), q[None], hist, steps=2, kappa=0.0,
+                               gamma=gamma).pre_noise[0, 1] for b in (B, Bp)]
+            best = max(best, (float(np.exp(-gamma * k) * np.linalg.norm(pre[0] - pre[1])), k))
+    return best
+
+
+def floor_table(n_queries, seed, gamma):
+    X = sample_mixture(256, spec=PAPER_MIXTURE, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    qs = X[rng.integers(0, 256, n_queries)] + rng.normal(0, 0.35, (n_queries, 2))
+    mem = LSRMemory(X, radius=R)
+    rows = []
+    for q in qs:
+        hist = mem.retrieve(q, 2)[None, :2]
+        d0 = certificate(mem, q[None], hist, steps=2, kappa=0.0, gamma=gamma).noise_scale[0, 1]
+        di = certificate(mem, q[None], hist, steps=2, kappa=np.inf,
+                         gamma=gamma).noise_scale[0, 1]
+        fl, k = lower_bound_step2(X, q, gamma)
+        rows.append({"dbar_kappa0": float(d0), "dbar_kappa_inf": float(di), "floor": fl,
+                     "k": k})
+    return rows
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--queries", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="PATH")
+    p.add_argument("--lower-bound", action="store_true",
+                   help="the step-2 floor under every valid certificate (n = 256)")
     a = p.parse_args(argv)
+    if a.lower_bound:
+        gamma = choose_gamma(EPS, DELTA, T, dim=2)
+        rows = floor_table(a.queries or 20, a.seed, gamma)
+        med = {key: float(np.median([r[key] for r in rows]))
+               for key in ("dbar_kappa0", "dbar_kappa_inf", "floor")}
+        print(f"n = 256, step 2, gamma = {gamma:.4f}, {len(rows)} queries (medians): "
+              f"Dbar(kappa=0) {med['dbar_kappa0']:.4f}, floor under every valid "
+              f"certificate {med['floor']:.4f}, Dbar(kappa=inf) {med['dbar_kappa_inf']:.4f}; "
+              f"median Dbar(kappa=0)/floor "
+              f"{np.median([r['dbar_kappa0'] / r['floor'] for r in rows]):.2f}, "
+              f"floor/Dbar(kappa=inf) "
+              f"{np.median([r['floor'] / r['dbar_kappa_inf'] for r in rows]):.2f}")
+        if a.json:
+            write_json(a.json, {"gamma": gamma, "rows": rows})
+        return 0
     ns = (40, 256) if a.quick else (40, 256, 2048)
     nq = a.queries or (4 if a.quick else 20)
     edge, n_random = (2, 4) if a.quick else (4, 16)
