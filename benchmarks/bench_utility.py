@@ -10,9 +10,10 @@ memories (uniform in ``B̄(0, r/2)``; every other row is at least ``20r`` away),
   ``2r/sqrt(2ρ_0)``;
 * the mean final per-coordinate squared error ``‖Y_T − z_T‖²/d``.
 
-Methods: BRACE without correction (κ = ∞) with the default fraction-0.9 γ rule, with
-the gate-size rule (``gamma="gates"``), the count release (``release="count"``), the
-public automatic choice between the last two (``release="auto"``), and global. Targets
+Methods: BRACE without correction (κ = ∞) with the default release (``release="auto"``:
+the public choice of ``docs/privacy-accounting.md`` §10), the smooth release with the
+fraction-0.9 γ rule (the default before 0.2), with the gate-size rule
+(``gamma="gates"``), the count release (``release="count"``), and global. Targets
 (``docs/utility.md``): within 2× of the oracle wherever ``m ≥ 20·log(1/δ)/ε``; never more
 than 1.05× global.
 
@@ -72,10 +73,11 @@ def run(grid: dict, draws: int, seed: int) -> list[dict]:
                     t0 = time.perf_counter()
                     g_gates = choose_gamma_for_gates(eps, DELTA, T, dim=d, n=N)
                     row["gamma_rule_seconds"] = time.perf_counter() - t0
-                    for name, kw in (("brace_default", dict(method="brace", gamma=None)),
+                    for name, kw in (("brace_default", dict(method="brace")),
+                                     ("brace_fraction", dict(method="brace", release="smooth",
+                                                             gamma=None)),
                                      ("brace_gates", dict(method="brace", gamma=g_gates)),
                                      ("brace_count", dict(method="brace", release="count")),
-                                     ("brace_auto", dict(method="brace", release="auto")),
                                      ("global", dict(method="global"))):
                         res = private_retrieve(mem, q, epsilon=eps, delta=DELTA, steps=T,
                                                kappa=math.inf, seed=seed, return_clean=True,
@@ -87,13 +89,16 @@ def run(grid: dict, draws: int, seed: int) -> list[dict]:
                         row[f"{name}_over_global"] = std / glob
                         row[f"{name}_final_error"] = err
                         row[f"{name}_gamma"] = res.params["gamma"]
+                        row[f"{name}_release"] = res.params["release"]
                     rows.append(row)
                     print(f"eps={eps:<5g} d={d:<3} m={m:<5} T={T}  oracle {oracle:.3g}  "
-                          f"default x{row['brace_default_over_oracle']:.2f}  "
+                          f"default ({row['brace_default_release']}) "
+                          f"x{row['brace_default_over_oracle']:.2f}  "
+                          f"fraction x{row['brace_fraction_over_oracle']:.2f}  "
                           f"gates x{row['brace_gates_over_oracle']:.2f}  "
                           f"count x{row['brace_count_over_oracle']:.2f}  "
-                          f"auto x{row['brace_auto_over_oracle']:.2f}  "
-                          f"(vs global: gates {row['brace_gates_over_global']:.3f}, count "
+                          f"(vs global: default {row['brace_default_over_global']:.3f}, "
+                          f"gates {row['brace_gates_over_global']:.3f}, count "
                           f"{row['brace_count_over_global']:.3f})", flush=True)
     return rows
 
@@ -101,7 +106,7 @@ def run(grid: dict, draws: int, seed: int) -> list[dict]:
 def summarise(rows: list[dict]) -> dict:
     eligible = [r for r in rows if r["gate"] >= r["m_min"]]
     out = {}
-    for name in ("brace_default", "brace_gates", "brace_count", "brace_auto"):
+    for name in ("brace_default", "brace_fraction", "brace_gates", "brace_count"):
         out[name] = dict(
             worst_over_oracle_where_m_ge_m_min=max((r[f"{name}_over_oracle"] for r in eligible),
                                                    default=math.nan),
@@ -127,15 +132,15 @@ def figure(rows: list[dict], path: Path) -> None:
                           and r["steps"] == max(x["steps"] for x in rows if x["dim"] == d)),
                          key=lambda r: r["epsilon"])
             e = [r["epsilon"] for r in sel]
-            ax.plot(e, [r["brace_count_over_oracle"] for r in sel], "-o", color=c, ms=3,
-                    label=f"count release, m={m}")
+            ax.plot(e, [r["brace_default_over_oracle"] for r in sel], "-o", color=c, ms=3,
+                    label=f"default (auto), m={m}")
             ax.plot(e, [r["brace_gates_over_oracle"] for r in sel], "--", color=c)
-            ax.plot(e, [r["brace_default_over_oracle"] for r in sel], ":", color=c)
+            ax.plot(e, [r["brace_fraction_over_oracle"] for r in sel], ":", color=c)
         ax.axhline(2, color="k", lw=0.8, ls="--")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("ε")
-        ax.set_title(f"d = {d} (dashed: gates rule, dotted: default)", fontsize=9)
+        ax.set_title(f"d = {d} (dashed: gates rule, dotted: fraction-0.9 rule)", fontsize=9)
     axes[0][0].set_ylabel("step-1 noise std / oracle")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()

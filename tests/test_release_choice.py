@@ -100,3 +100,12 @@ def test_choose_release_rejects_bad_arguments(kw, msg):
 def test_calibrate_count_rejects_bad_proposal_delta(f):
     with pytest.raises(ValueError, match="proposal_delta"):
         calibrate_count(4.0, 1e-5, 3, dim=2, proposal_delta=f)
+
+
+def test_allow_count_false_leaves_the_smooth_release():
+    a = choose_release(1.0, 1e-5, 3, dim=384, n=20000)
+    b = choose_release(1.0, 1e-5, 3, dim=384, n=20000, allow_count=False)
+    assert a.release == "count" and b.release == "smooth" and set(b.predicted) == {"smooth"}
+    assert b.predicted["smooth"] == a.predicted["smooth"]
+    with pytest.raises(TypeError, match="allow_count"):
+        choose_release(1.0, 1e-5, 3, dim=2, n=100, allow_count=1)

@@ -1086,7 +1086,7 @@ class ReleaseChoice:
 
 def choose_release(
     epsilon: float, delta: float, steps: int, *, dim: int, n: int,
-    max_global_ratio: float = AUTO_GLOBAL_RATIO,
+    max_global_ratio: float = AUTO_GLOBAL_RATIO, allow_count: bool = True,
 ) -> ReleaseChoice:
     """The default BRACE release, chosen from public ``(ε, δ, T, d, n)`` only
     (``docs/privacy-accounting.md`` §10).
@@ -1103,21 +1103,26 @@ def choose_release(
       (``ρ_G = (1 − share)·ρ_s``, closed form), a tenth of δ for the proposals.
 
     It returns the one with the smaller geometric-mean predicted noise/oracle ratio over
-    gate sizes ``m ∈ [⌈20·log(1/δ)/ε⌉, n]``. Memoised; deterministic.
+    gate sizes ``m ∈ [⌈20·log(1/δ)/ε⌉, n]``; ``allow_count=False`` (the caller wants the
+    boundary correction, which the count release lacks) leaves only the smooth candidate.
+    Memoised; deterministic.
     """
     eps, dl, t, d, _ = _check_common(epsilon, delta, steps, dim, 0.0)
     nn = check_int_at_least("n", n, 1)
     lim = check_positive("max_global_ratio", max_global_ratio)
     if not lim >= 1.0:
         raise ValueError(f"max_global_ratio must be >= 1; got {lim}.")
-    return _choose_release(eps, dl, t, d, nn, lim)
+    if not isinstance(allow_count, bool):
+        raise TypeError(f"allow_count must be True or False; got {allow_count!r}.")
+    return _choose_release(eps, dl, t, d, nn, lim, allow_count)
 
 
 AUTO_PROPOSAL_DELTA = 0.1  # share of δ given to the count proposals' failures (auto)
 
 
 @functools.lru_cache(maxsize=512)
-def _choose_release(eps: float, dl: float, t: int, d: int, n: int, lim: float) -> ReleaseChoice:
+def _choose_release(eps: float, dl: float, t: int, d: int, n: int, lim: float,
+                    allow_count: bool = True) -> ReleaseChoice:
     m0, ms = _gate_grid(eps, dl, n)
     rho0 = _calibrate_rho(eps, dl, t, d, 0.0)
     strict = lim * (1.0 - 1e-6)  # room for the grid rounding of the bounds
@@ -1134,7 +1139,7 @@ def _choose_release(eps: float, dl: float, t: int, d: int, n: int, lim: float) -
     f = AUTO_PROPOSAL_DELTA
     rho_s = _calibrate_rho(eps + math.log1p(-f * dl), (1.0 - f) * dl, t, d, 0.0)
     share = min(COUNT_SHARE_MAX, 1.0 - rho0 / (strict * strict * rho_s))
-    if share > 0.0:
+    if allow_count and share > 0.0:
         try:
             sp = calibrate_count(eps, dl, t, dim=d, count_share=share, proposal_delta=f)
         except ValueError:

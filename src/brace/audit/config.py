@@ -33,6 +33,10 @@ class AuditConfig:
 
     Mechanism: ``method, epsilon, delta, steps, radius, kappa, gamma, accounting`` as in
     :func:`brace.private_retrieve` (``gamma=None``: the data-independent rule).
+    ``release`` (BRACE): ``"smooth"`` (the certificate) or ``"count"`` (the noisy-count
+    release, ``docs/privacy-accounting.md`` §9; the released counts are the last column of
+    the outputs the statistic sees). ``"auto"`` is not audited as such: it picks one of
+    these two with public parameters, and each is audited.
     ``noise_scale_factor`` multiplies the noise std of the mechanism **and** of the
     density model (an honest model of a deliberately broken mechanism; 1 = the real
     one, 0.5 = "noise std halved"). Sample sizes are per bank: ``n_screen`` per
@@ -50,6 +54,7 @@ class AuditConfig:
     kappa: float = DEFAULT_KAPPA  # the library default of private_retrieve
     gamma: float | None = None
     accounting: str = "rdp"
+    release: str = "smooth"
     noise_scale_factor: float = 1.0
     n_runs: int = 50_000
     n_pilot: int | None = None
@@ -71,7 +76,14 @@ class AuditConfig:
                 f"accounting must be one of {_accounting.ACCOUNTING_RULES}; "
                 f"got {self.accounting!r}."
             )
+        if self.release not in ("smooth", "count"):
+            raise ValueError(f"release must be 'smooth' or 'count'; got {self.release!r}.")
+        if self.release == "count" and (self.method != "brace" or self.accounting != "rdp"):
+            raise ValueError("release='count' is a BRACE release with accounting='rdp'; got "
+                             f"method={self.method!r}, accounting={self.accounting!r}.")
         gamma = self.gamma
+        if gamma is not None and self.release == "count":
+            raise ValueError("gamma does not apply to release='count' (no smooth bound).")
         if gamma is not None:
             gamma = check_nonnegative("gamma", gamma)
             if self.method == "brace" and gamma == 0:
@@ -120,8 +132,11 @@ class AuditConfig:
         """Name for tables: ``naive (NOT DP)`` for the naive baseline."""
         if self.method == "naive":
             base = NOT_DP_LABEL
+        elif self.method == "brace" and self.release == "count":
+            base = "brace (count release)"
         elif self.method == "brace":
-            base = f"brace (kappa={_fmt_num(self.kappa)})"
+            base = f"brace (kappa={_fmt_num(self.kappa)}"
+            base += f", gamma={_fmt_num(self.gamma)})" if self.gamma is not None else ")"
         else:
             base = self.method
         if self.noise_scale_factor != 1.0:

@@ -13,6 +13,7 @@ from .. import accounting as _accounting
 from .._validation import check_bank
 from ..mechanisms import NotPrivateWarning, certificate, endpoint_sensitivity, private_retrieve
 from ..memory import LSRMemory
+from ..sensitivity import Numerics, cap_units, fixed_centre_units
 from .config import AuditConfig, _single_query
 
 __all__ = ["log_likelihood_ratio"]
@@ -31,6 +32,9 @@ class _Setup:
 
 def _setup(cfg: AuditConfig, q: np.ndarray) -> _Setup:
     releases = 1 if cfg.method == "endpoint" else cfg.steps
+    if cfg.release == "count":
+        spent = _accounting.calibrate_count(cfg.epsilon, cfg.delta, cfg.steps, dim=q.shape[1])
+        return _Setup(cfg, q, spent, releases)
     spent = _accounting.calibrate(
         cfg.epsilon, cfg.delta, releases, dim=q.shape[1],
         gamma=(cfg.gamma if cfg.method == "brace" else 0.0),
@@ -40,10 +44,13 @@ def _setup(cfg: AuditConfig, q: np.ndarray) -> _Setup:
 
 
 def _sample(mem: LSRMemory, setup: _Setup, n: int, rng: np.random.Generator) -> np.ndarray:
-    """``n`` independent releases (rows) of the (possibly broken) mechanism on ``mem``."""
+    """``n`` independent releases (rows) of the (possibly broken) mechanism on ``mem``.
+
+    The count release's noisy counts ``m̃_t`` are appended as a last column."""
     cfg = setup.cfg
     d = setup.dim
-    out = np.empty((n, setup.releases, d))
+    count = cfg.release == "count"
+    out = np.empty((n, setup.releases, d + count))
     for b0 in range(0, n, cfg.batch_size):
         m = min(cfg.batch_size, n - b0)
         xi = rng.standard_normal((m, setup.releases, d))
@@ -52,19 +59,49 @@ def _sample(mem: LSRMemory, setup: _Setup, n: int, rng: np.random.Generator) -> 
             res = private_retrieve(
                 mem, np.repeat(setup.q, m, axis=0), method=cfg.method, epsilon=cfg.epsilon,
                 delta=cfg.delta, steps=cfg.steps, kappa=cfg.kappa,
-                gamma=setup.spent.gamma if cfg.method == "brace" else None,
-                accounting=cfg.accounting, output_projection=False,
-                _innovations=cfg.noise_scale_factor * xi,
+                gamma=setup.spent.gamma if cfg.method == "brace" and not count else None,
+                accounting=cfg.accounting, output_projection=False, release=cfg.release,
+                seed=rng, _innovations=cfg.noise_scale_factor * xi,
             )
         if res.privacy.rho_per_step != setup.spent.rho_per_step:  # pragma: no cover
             raise RuntimeError("audit: the mechanism's calibration differs from the model's.")
-        out[b0 : b0 + m] = res.outputs
+        out[b0 : b0 + m, :, :d] = res.outputs
+        if count:
+            out[b0 : b0 + m, :, d] = res.released_counts
+    return out
+
+
+def _count_log_density(mem: LSRMemory, setup: _Setup, outputs: np.ndarray) -> np.ndarray:
+    """``log p_D(m̃, Y)`` of the count release (``docs/privacy-accounting.md`` §9), per run:
+    ``Σ_t −ε_c|m̃_t − m_t(D)| − ‖Y_t − a_t(D)‖²/(2s_t²) − d·log s_t`` with ``m_t``, ``a_t`` the
+    gate count and mean of ``D`` at ``y = Y_{t−1}`` and ``s_t`` the public scale of ``m̃_t``
+    (constants shared by all banks dropped)."""
+    cfg, sp = setup.cfg, setup.spent
+    n, T, d1 = outputs.shape
+    d = d1 - 1
+    num = Numerics(mem.n_memories, d, mem.radius_, cfg.steps)
+    mult = cfg.noise_scale_factor * sp.noise_multiplier
+    Y, counts = outputs[:, :, :d], outputs[:, :, d]
+    out = np.zeros(n)
+    for t in range(T):
+        y = np.repeat(setup.q, n, axis=0) if t == 0 else Y[:, t - 1]
+        gp = mem.gate_pass(np.ascontiguousarray(y))
+        a = gp.means(y)
+        sig = num.slack(np.abs(y).max(axis=1))
+        m_prop = np.maximum(counts[:, t].astype(np.int64) - sp.count_margin, 1)
+        b = np.minimum(fixed_centre_units(m_prop, 0, num, sig)[:, 0], cap_units(num, sig))
+        s = num.value(b) * mult
+        diff = Y[:, t] - a
+        out += (-sp.eps_count * np.abs(counts[:, t] - gp.counts)
+                - np.einsum("ij,ij->i", diff, diff) / (2.0 * s * s) - d * np.log(s))
     return out
 
 
 def _log_density(mem: LSRMemory, setup: _Setup, outputs: np.ndarray) -> np.ndarray:
     """``log p_D(Y)`` up to a constant shared by all banks, one value per row of ``outputs``."""
     cfg = setup.cfg
+    if cfg.release == "count":
+        return _count_log_density(mem, setup, outputs)
     n, R, d = outputs.shape
     mult = cfg.noise_scale_factor * setup.spent.noise_multiplier
     out = np.empty(n)
@@ -106,9 +143,10 @@ def log_likelihood_ratio(
     q = _single_query(query, X.shape[1])
     setup = _setup(cfg, q)
     Y = np.asarray(outputs, dtype=np.float64)
-    if Y.ndim != 3 or Y.shape[1:] != (setup.releases, X.shape[1]):
+    width = X.shape[1] + (cfg.release == "count")
+    if Y.ndim != 3 or Y.shape[1:] != (setup.releases, width):
         raise ValueError(
-            f"outputs must have shape (N, {setup.releases}, {X.shape[1]}); got {Y.shape}."
+            f"outputs must have shape (N, {setup.releases}, {width}); got {Y.shape}."
         )
     mem = LSRMemory(X, radius=cfg.radius)
     memp = LSRMemory(Xp, radius=cfg.radius)

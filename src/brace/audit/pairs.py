@@ -65,9 +65,9 @@ def candidate_pairs(
     cands: list[tuple[int, np.ndarray, str, str]] = []
     for label, c in centres:
         cands += _boundary_candidates(X, c, r, T, label, gen)
-    if cfg.method != "endpoint":
+    if cfg.method != "endpoint" and cfg.release == "smooth":
         cands += _smooth_bound_candidates(X, q, clean, cfg, gen)
-    if cfg.method == "brace":
+    if cfg.method == "brace" and cfg.release == "smooth":
         cands += _scale_ratio_candidates(X, q, clean, cfg, gen)
     pairs: list[Pair] = []
     seen: set = set()

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import check_int_at_least, check_rng
+from ..accounting import choose_gamma_for_gates
 from ..mechanisms import DEFAULT_KAPPA
 from .config import AuditConfig
 from .runner import audit
@@ -18,8 +19,9 @@ __all__ = ["ReportConfig", "report_bank", "report_cases", "report", "format_repo
 
 @dataclass(frozen=True)
 class ReportConfig:
-    """The standard audit report: BRACE (κ ∈ {0, 128}), global, endpoint at ε ∈ {1, 4} and
-    the naive baseline, on small banks in d ∈ {1, 2}, plus a broken-noise self-check."""
+    """The standard audit report: BRACE (κ ∈ {0, 128}; the gate-size γ; the count release),
+    global, endpoint at ε ∈ {1, 4} and the naive baseline, on small banks in d ∈ {1, 2},
+    plus broken-noise self-checks (global and the count release, std halved)."""
 
     n_runs: int = 100_000
     steps: int = 2
@@ -56,21 +58,28 @@ def report_bank(n: int, d: int, radius: float, seed: int) -> tuple[np.ndarray, n
 def report_cases(rc: ReportConfig) -> list[tuple[int, AuditConfig]]:
     """(d, config) of every row of the report."""
     cases = []
-    for d in rc.dims:
+    for i, d in enumerate(rc.dims):
+        n = rc.bank_sizes[i] if i < len(rc.bank_sizes) else rc.bank_sizes[-1]
         for eps in rc.epsilons:
-            for method, kappa in (("brace", 0.0), ("brace", DEFAULT_KAPPA), ("global", 0.0),
-                                  ("endpoint", 0.0), ("naive", 0.0)):
+            gates = choose_gamma_for_gates(eps, rc.delta, rc.steps, dim=d, n=n)
+            for method, kappa, extra in (
+                ("brace", 0.0, {}), ("brace", DEFAULT_KAPPA, {}),
+                ("brace", DEFAULT_KAPPA, {"gamma": gates}),
+                ("brace", DEFAULT_KAPPA, {"release": "count"}),
+                ("global", 0.0, {}), ("endpoint", 0.0, {}), ("naive", 0.0, {}),
+            ):
                 cases.append((d, AuditConfig(
                     method=method, epsilon=eps, delta=rc.delta, steps=rc.steps,
                     radius=rc.radius, kappa=kappa, n_runs=rc.n_runs, n_screen=rc.n_screen,
-                    alpha=rc.alpha, seed=rc.seed,
+                    alpha=rc.alpha, seed=rc.seed, **extra,
                 )))
-    # self-check: the same audit must catch a mechanism whose noise std is halved
-    cases.append((rc.dims[0], AuditConfig(
-        method="global", epsilon=min(rc.epsilons), delta=rc.delta, steps=1,
-        radius=rc.radius, noise_scale_factor=0.5, n_runs=rc.n_runs, n_screen=rc.n_screen,
-        alpha=rc.alpha, seed=rc.seed,
-    )))
+    # self-checks: the same audit must catch a mechanism whose noise std is halved
+    for extra in ({"method": "global"}, {"method": "brace", "release": "count"}):
+        cases.append((rc.dims[0], AuditConfig(
+            epsilon=min(rc.epsilons), delta=rc.delta, steps=1, radius=rc.radius,
+            noise_scale_factor=0.5, n_runs=rc.n_runs, n_screen=rc.n_screen,
+            alpha=rc.alpha, seed=rc.seed, **extra,
+        )))
     return cases
 
 
@@ -118,7 +127,7 @@ def report(rc: ReportConfig = ReportConfig(), *, progress: bool = True) -> dict:
 def format_report(rep: dict) -> str:
     """The report as a text table (claimed ε vs ε_lb)."""
     cfg = rep["config"]
-    head = (f"{'mechanism':<44} {'d':>1} {'n':>3} {'T':>1} {'claimed eps':>11} "
+    head = (f"{'mechanism':<52} {'d':>1} {'n':>3} {'T':>1} {'claimed eps':>11} "
             f"{'eps_lb':>7} {'runs/side':>9}  {'verdict':<10} pair")
     lines = [
         f"Privacy audit: delta = {cfg['delta']:g}, confidence {1 - cfg['alpha']:g} per row, "
@@ -130,7 +139,7 @@ def format_report(rep: dict) -> str:
     for r in rep["rows"]:
         p = r["pair"]
         lines.append(
-            f"{r['label']:<44} {r['d']:>1} {r['n']:>3} {r['steps']:>1} "
+            f"{r['label']:<52} {r['d']:>1} {r['n']:>3} {r['steps']:>1} "
             f"{r['claimed_epsilon']:>11g} {r['epsilon_lb']:>7.3f} {r['n_runs_per_side']:>9d}  "
             f"{r['verdict']:<10} {p['kind']} at {p['centre']}, |I(q)| "
             f"{p['gate_q'][0]}->{p['gate_q'][1]}"

@@ -103,7 +103,7 @@ def audit(
         released = None
         if cfg.method != "endpoint" and cfg.steps > 1:
             pick = gen_cand.choice(cfg.n_screen, 3, replace=False)
-            released = out_d[pick, : cfg.steps - 1].reshape(-1, d)
+            released = out_d[pick, : cfg.steps - 1, :d].reshape(-1, d)
         pairs = candidate_pairs(X, q, cfg, released=released, rng=gen_cand)
         if not pairs:
             raise ValueError(
