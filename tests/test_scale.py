@@ -202,6 +202,18 @@ def test_auto_index_and_bad_settings():
         np.testing.assert_array_equal(
             LSRMemory(X, radius=0.1, threads=t, index="brute").gate_pass(Y).counts,
             mem.gate_pass(Y).counts)
+    # dense gates: "auto" falls back to brute force (the choice never changes a result)
+    from brace._spatial import dense_gates
+
+    assert not dense_gates(X, Y, 0.1) and dense_gates(X, Y, 1.5)
+    for r in (0.1, 1.5):
+        pairs = (np.arange(4), np.arange(4)[::-1])
+        gps = [LSRMemory(X, radius=r, index=i).gate_pass(Y, pairs=pairs)
+               for i in ("auto", "kdtree", "brute")]
+        for gp in gps[1:]:
+            np.testing.assert_array_equal(gp.counts, gps[0].counts)
+            np.testing.assert_array_equal(gp.pair_counts, gps[0].pair_counts)
+            np.testing.assert_allclose(gp.sums, gps[0].sums, rtol=1e-12)
 
 
 @pytest.mark.parametrize(("bank", "exc", "msg"), [
@@ -260,6 +272,70 @@ def test_mmap_bank_read_in_blocks_without_copy(tmp_path):
         mem.gate_pass(Y)
     with pytest.raises(ValueError, match="needs an in-memory bank"):
         LSRMemory(mm, radius=6.0, index="kdtree").step(Y)
+
+
+@pytest.mark.parametrize("index", ["brute", "kdtree"])
+def test_bank_mutated_during_a_call_is_refused(index, monkeypatch):
+    """Inside one public call the bank is verified at entry and exit only; an edit made
+    between two passes of the call is caught at exit and no result is returned."""
+    from brace import PrivateMemory
+    from brace.mechanisms import private_retrieve
+
+    rng = np.random.default_rng(12)
+    X0 = rng.normal(size=(5000, 2))
+    q = X0[:3] + 0.01
+    orig = LSRMemory.gate_pass
+    calls = []
+
+    def edit_after_first_pass(self, centres, **kw):
+        gp = orig(self, centres, **kw)
+        calls.append(1)
+        if len(calls) == 1:
+            np.asarray(self.bank)[17, 1] += 1e-12  # the caller's (writable) array
+        return gp
+
+    brace_kw = dict(method="brace", epsilon=4.0, delta=1e-5, steps=3, seed=0)
+    for call in (lambda m: m.retrieve(q, 3),
+                 lambda m: private_retrieve(m, q, **brace_kw),
+                 lambda m: PrivateMemory(m.bank, radius=0.3, budget=(100.0, 1e-5))
+                 .retrieve(q, **brace_kw)):
+        mem = LSRMemory(X0.copy(), radius=0.3, index=index)
+        mem._state()
+        monkeypatch.setattr(LSRMemory, "gate_pass", edit_after_first_pass)
+        calls.clear()
+        with pytest.raises(memory_mod.BankMutatedError, match="fingerprint mismatch"):
+            call(mem)
+        assert len(calls) > 1  # the edit happened mid-call, after the entry check
+        monkeypatch.setattr(LSRMemory, "gate_pass", orig)
+        mem.bank = mem.bank  # same array object: still refused until reassigned anew
+        with pytest.raises(memory_mod.BankMutatedError):
+            mem.retrieve(q, 3)
+        mem.bank = np.array(mem.bank)  # the remedy: new contents, validated afresh
+        np.testing.assert_array_equal(mem.retrieve(q, 3)[:, 0], q)
+
+
+def test_a_pinned_call_hashes_the_bank_twice(monkeypatch):
+    """One public call reads the bank for its fingerprint at entry and at exit only (the
+    passes inside skip theirs); a lone gate pass still hashes what it reads."""
+    import brace._fingerprint as fp
+    from brace.mechanisms import private_retrieve
+
+    X = np.random.default_rng(14).normal(size=(3000, 8))
+    mem = LSRMemory(X, radius=2.0, index="brute")
+    mem._state()
+    hashed = []
+    orig = fp.BankHasher.update
+    monkeypatch.setattr(fp.BankHasher, "update",
+                        lambda self, rows: (hashed.append(rows.shape[0]), orig(self, rows)))
+    for call in (lambda: mem.retrieve(X[:5], 4),
+                 lambda: private_retrieve(mem, X[:5], method="brace", epsilon=4.0,
+                                          delta=1e-5, steps=4, seed=0)):
+        hashed.clear()
+        call()
+        assert sum(hashed) == 2 * X.shape[0]
+    hashed.clear()
+    mem.gate_pass(X[:5])
+    assert sum(hashed) == X.shape[0]
 
 
 def test_private_retrieve_float32_and_mmap(tmp_path):
@@ -361,3 +437,48 @@ def test_counts_equal_reference_at_any_offset(seed, log_off, d, dtype, quant):
         gp = LSRMemory(X, radius=r, index=index).gate_pass(Y, pairs=pairs)
         np.testing.assert_array_equal(gp.counts, ref.sum(1))
         np.testing.assert_array_equal(gp.pair_counts, (ref[pairs[0]] & ref[pairs[1]]).sum(1))
+
+
+def test_uq_on_dask_and_mmap_banks_matches_in_memory(dask_client, tmp_path, monkeypatch):
+    """``brace.uq`` on a Dask bank runs its bank sums on the workers (the client never
+    converts the Dask array) and on a memory-mapped bank block by block; counts equal the
+    in-memory estimate exactly, the covariances, Jacobians and regions to 1e-9."""
+    da = pytest.importorskip("dask.array")
+    from brace import uq
+    from brace.mechanisms import private_retrieve
+
+    rng = np.random.default_rng(13)
+    X = rng.normal(size=(3000, 3))
+    q = rng.normal(size=(4, 3)) * 0.3
+    np.save(tmp_path / "b.npy", X)
+    ref = LSRMemory(X, radius=0.9, index="brute")
+    banks = {"dask": LSRMemory(da.from_array(X, chunks=(700, 3)), radius=0.9),
+             "mmap": LSRMemory(np.load(tmp_path / "b.npy", mmap_mode="r"), radius=0.9)}
+    want = uq.sampling_covariance(ref, q, 3)
+    res = private_retrieve(ref, q, method="brace", epsilon=8.0, delta=1e-5, steps=3, seed=3)
+    want_uq = uq.analyze(ref, res, privacy="linear")
+
+    def no_client_copy(self, *a, **k):
+        raise AssertionError("the Dask bank was converted on the client")
+
+    for kind, mem in banks.items():
+        with monkeypatch.context() as mp:
+            mp.setattr(da.Array, "__array__", no_client_copy)
+            got = uq.sampling_covariance(mem, q, 3)
+            got_uq = uq.analyze(mem, res, privacy="linear")
+        np.testing.assert_array_equal(got.gate_counts, want.gate_counts)
+        assert got.gate_counts.min() >= 2
+        for name in ("cov", "jacobians", "boundary_moment", "trajectory"):
+            np.testing.assert_allclose(getattr(got, name), getattr(want, name), rtol=1e-9,
+                                       atol=1e-12, err_msg=f"{kind}: {name}")
+        np.testing.assert_allclose(got_uq.privacy_cov, want_uq.privacy_cov, rtol=1e-9)
+        for target in ("bank", "population"):
+            a, b = got_uq.confidence_region(target), want_uq.confidence_region(target)
+            np.testing.assert_array_equal(a.centre, b.centre)
+            np.testing.assert_allclose(a.cov, b.cov, rtol=1e-9, err_msg=f"{kind}: {target}")
+    # the bootstrap: blocked on the memory map (same draws), refused on Dask
+    kw = dict(estimator="bootstrap", n_boot=20, seed=5)
+    np.testing.assert_allclose(uq.sampling_covariance(banks["mmap"], q, 2, **kw).cov,
+                               uq.sampling_covariance(ref, q, 2, **kw).cov, rtol=1e-9)
+    with pytest.raises(ValueError, match="estimator='bootstrap' is not supported on a Dask"):
+        uq.sampling_covariance(banks["dask"], q, 2, **kw)

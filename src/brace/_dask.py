@@ -150,3 +150,36 @@ def dask_gate_pass(st: _BankState, centres: np.ndarray, radius: float, *,
     if digests != st.extra["chunk_digests"]:
         raise _mutated("a chunk's fingerprint changed")
     return GatePass(np.asarray(counts, dtype=np.int64), sums, pc, nrow, ndist)
+
+
+def _chunk_apply(Xc: np.ndarray, off: int, fn: Any, args: tuple) -> tuple:
+    Xc = np.asarray(Xc)
+    h = BankHasher(Xc.shape, Xc.dtype)
+    h.update(Xc)
+    return (*fn(Xc, off, *args), [h.hexdigest()])
+
+
+def _add(a: tuple, b: tuple) -> tuple:
+    return tuple(x + y for x, y in zip(a, b, strict=True))
+
+
+def map_reduce(st: _BankState, fn: Any, args: tuple) -> tuple:
+    """``Σ_chunks fn(chunk, offset, *args)`` on the workers: ``fn`` returns a tuple of
+    arrays, partials are added pairwise in chunk order (deterministic sums) and only the
+    total reaches the client, with each chunk's digest (checked against validation)."""
+    dask, _ = _dask()
+    parts = st.X.to_delayed().ravel()
+    offs = np.r_[0, np.cumsum(st.X.chunks[0])[:-1]].astype(int).tolist()
+    A = dask.delayed(args, pure=True)
+    tasks = [dask.delayed(_chunk_apply, pure=True)(p, o, fn, A)
+             for p, o in zip(parts, offs, strict=True)]
+    while len(tasks) > 1:
+        nxt = [dask.delayed(_add, pure=True)(tasks[i], tasks[i + 1])
+               for i in range(0, len(tasks) - 1, 2)]
+        if len(tasks) % 2:
+            nxt.append(tasks[-1])
+        tasks = nxt
+    *total, digests = dask.compute(tasks[0])[0]
+    if digests != st.extra["chunk_digests"]:
+        raise _mutated("a chunk's fingerprint changed")
+    return tuple(total)

@@ -33,7 +33,7 @@ from .mechanisms import (
     accounting_module_calibrate,
     private_retrieve,
 )
-from .memory import LSRMemory
+from .memory import LSRMemory, pins_bank
 
 __all__ = ["BudgetExceededError", "PrivateMemory"]
 
@@ -150,6 +150,7 @@ class PrivateMemory:
         return state.releases, state.spent
 
     # ----------------------------------------------------------------------------------
+    @pins_bank
     def retrieve(self, queries: Any, *, steps: int, epsilon: float, delta: float,
                  method: str = "brace", seed: Any = None, **kw: Any) -> PrivateRetrievalResult:
         """A private release (as :func:`brace.private_retrieve`, per-query (ε, δ)),

@@ -46,7 +46,7 @@ from ._validation import (
     rng_and_record,
 )
 from .accounting import calibrate_count, choose_gamma_for_gates, predicted_noise_ratio
-from .memory import LSRMemory
+from .memory import LSRMemory, pins_bank
 from .sensitivity import (
     CleanTrajectoryBound,
     Numerics,
@@ -294,6 +294,7 @@ def _check_noise(noise: Any, shape: tuple[int, ...]) -> np.ndarray | None:
 INNOVATIONS_REASON = "innovations supplied by the caller (_innovations), not drawn"
 
 
+@pins_bank
 def private_retrieve(
     memory: LSRMemory,
     queries: Any,
@@ -514,6 +515,7 @@ class CertificateTrace:
     G: list | None
 
 
+@pins_bank
 def certificate(
     memory: LSRMemory,
     queries: Any,

@@ -27,7 +27,9 @@ candidates instead (``index=``); the decision is the same direct formula.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +56,7 @@ __all__ = [
     "BankMutatedError",
     "band_coefficients",
     "BANK_DTYPES",
+    "pins_bank",
 ]
 
 LOG_FLOOR = float(np.finfo(np.float64).tiny)
@@ -459,10 +462,54 @@ class _MemoryBase:
     used in place; docs/scale.md, "No copies"): the memory keeps a read-only view and a
     SHA-256 fingerprint, and every pass re-hashes the rows it reads; a bank edited in
     place after validation raises :class:`BankMutatedError` instead of being used. To
-    change the bank, assign a new array to ``bank``.
+    change the bank, assign a new array to ``bank``. Inside :meth:`_pinned` (every
+    public call) the bank is verified once at entry and once at exit instead.
     """
 
     bank: Any
+
+    def _pin(self) -> _BankState | None:
+        """The state pinned by this thread's enclosing :meth:`_pinned` scope, if any."""
+        pins = getattr(self, "_pins", None)
+        got = None if pins is None else pins.get(threading.get_ident())
+        return None if got is None else got[0]
+
+    def _is_pinned(self, st: _BankState) -> bool:
+        """Passes on ``st`` may skip their own hashing (verified at the scope's exit)."""
+        return st.kind != "dask" and self._pin() is st
+
+    @contextlib.contextmanager
+    def _pinned(self):
+        """One public call's scope: the bank is verified at entry and at exit, and the
+        passes inside skip their per-pass hashing (docs/scale.md, "No copies").
+
+        A mutation during the call raises :class:`BankMutatedError` at exit, so the
+        call's result is never returned. Scopes nest (only the outermost verifies) and
+        are per thread. Dask banks keep their per-pass chunk digests (computed on the
+        workers while they read the chunks), so their scope adds no check.
+        """
+        tid = threading.get_ident()
+        pins = self.__dict__.setdefault("_pins", {})
+        if tid in pins:
+            st, depth = pins[tid]
+            pins[tid] = (st, depth + 1)
+            try:
+                yield st
+            finally:
+                pins[tid] = (st, depth)
+            return
+        st = self._state()
+        if st.kind != "dask":
+            self._verify(st)
+        pins[tid] = (st, 1)
+        try:
+            yield st
+        finally:
+            del pins[tid]
+        if st.kind != "dask":
+            self._verify(st)  # reached only when the body did not raise
+        if st.source is not self.bank:
+            raise _mutated("`bank` was reassigned during the call")
 
     def _state(self) -> _BankState:
         st = getattr(self, "_bank_cache", None)
@@ -473,7 +520,9 @@ class _MemoryBase:
 
     def _verify(self, st: _BankState) -> None:
         """Re-hash the whole bank (passes that do not read every row, such as the KD-tree
-        pass and the public ``_bank()`` accessor)."""
+        pass and the public ``_bank()`` accessor); a no-op inside a pinned scope."""
+        if self._is_pinned(st):
+            return
         if st.kind == "dask":
             from ._dask import verify_dask
 
@@ -533,8 +582,9 @@ class _MemoryBase:
         check_output_size((Y.shape[0], T + 1, Y.shape[1]), "the trajectory")
         out = np.empty((Y.shape[0], T + 1, Y.shape[1]))
         out[:, 0] = Y
-        for t in range(1, T + 1):
-            out[:, t] = self._step_validated(out[:, t - 1])
+        with self._pinned():
+            for t in range(1, T + 1):
+                out[:, t] = self._step_validated(out[:, t - 1])
         return out[0] if was_1d else out
 
     def _step_validated(self, Y: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
@@ -567,6 +617,25 @@ KDTREE_MAX_DIM = 8  # index="auto" uses the KD-tree for in-memory banks with d �
 KDTREE_MIN_ROWS = 4096  # ... and at least this many rows
 
 
+def pins_bank(func: Any) -> Any:
+    """Decorator: run a public call inside its memory's :meth:`_MemoryBase._pinned` scope.
+
+    The memory is the first argument that is a memory, or whose ``_memory`` attribute is
+    one (``PrivateMemory``); without one the call runs as is.
+    """
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        for a in (*args, *kwargs.values()):
+            mem = a if isinstance(a, _MemoryBase) else getattr(a, "_memory", None)
+            if isinstance(mem, _MemoryBase):
+                with mem._pinned():
+                    return func(*args, **kwargs)
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
 class LSRMemory(_MemoryBase):
     """Log-sum-ReLU (Epanechnikov) dense associative memory (``docs/spec.md`` §1).
 
@@ -587,8 +656,10 @@ class LSRMemory(_MemoryBase):
         How gate candidates are found. ``"kdtree"``: a ``scipy.spatial.cKDTree`` over the
         bank (built once, a float64 copy of the bank) proposes candidates within
         ``r(1 + 1e-9)``; ``"brute"``: blocked distance tiles. ``"auto"`` takes the tree for
-        in-memory banks with ``d ≤ 8`` and ``n ≥ 4096``. Results are identical either way
-        (membership is always the direct formula).
+        in-memory banks with ``d ≤ 8`` and ``n ≥ 4096``, pass by pass unless the gates
+        look dense (a sampled share of the bank above ``0.08/d`` per gate, where brute
+        force is faster). Results are identical either way (membership is always the
+        direct formula); the choice only changes the run time.
     threads : int or None, default 1
         BLAS threads during a pass (threadpoolctl). One thread measured fastest on the
         2-core development machine (docs/benchmarks.md); ``None`` leaves BLAS as is.
@@ -659,14 +730,19 @@ class LSRMemory(_MemoryBase):
                 from ._dask import dask_gate_pass
 
                 return dask_gate_pass(st, centres, r, threads=threads, **kw)
+            if index == "kdtree" and self.index == "auto":
+                from ._spatial import dense_gates
+
+                if dense_gates(st.X, centres, r):
+                    index = "brute"
             if index == "kdtree":
                 from ._spatial import kdtree_gate_pass
 
                 self._verify(st)
                 return kdtree_gate_pass(st, centres, r, **kw)
-            h = BankHasher(st.X.shape, st.X.dtype)
+            h = None if self._is_pinned(st) else BankHasher(st.X.shape, st.X.dtype)
             gp = gate_pass(st.X, st.sq, centres, r, hasher=h, after_block=st.release, **kw)
-            if h.hexdigest() != st.digest:
+            if h is not None and h.hexdigest() != st.digest:
                 raise _mutated("fingerprint mismatch")
             return gp
 

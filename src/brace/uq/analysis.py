@@ -9,7 +9,7 @@ import numpy as np
 
 from .._validation import check_int_at_least, check_positive, check_queries, check_rng
 from ..mechanisms import PrivateRetrievalResult
-from ..memory import LSRMemory
+from ..memory import LSRMemory, pins_bank
 from ._common import _check_level, _check_target, _select
 from .privacy import (
     _gaussian_draws,
@@ -31,6 +31,7 @@ def _check_result(result: Any) -> PrivateRetrievalResult:
     return result
 
 
+@pins_bank
 def analyze(
     memory: LSRMemory,
     result: PrivateRetrievalResult,
@@ -77,8 +78,7 @@ def analyze(
     if not isinstance(memory, LSRMemory):
         raise TypeError(f"memory must be an LSRMemory; got {type(memory).__name__}.")
     res = _check_result(result)
-    X, _ = memory._bank()
-    n, d = X.shape
+    n, d = memory.n_memories, memory.dim
     r = memory.radius_
     stored = getattr(res, "queries", None)
     if queries is None:

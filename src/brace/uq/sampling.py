@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 
 from .._validation import check_int_at_least, check_positive, check_queries, check_rng, check_steps
-from ..memory import LSRMemory
+from ..memory import LSRMemory, pins_bank
+from ._bankstats import bank_reduce, bootstrap_partials, delta_partials
 from ._common import UQWarning, _blocks, _propagator
 
 __all__ = ["SamplingCovariance", "default_bandwidth", "sampling_covariance"]
@@ -27,10 +28,6 @@ def default_bandwidth(n: int, radius: float) -> float:
     """Radial bandwidth of the Jacobian's sphere-kernel estimator,
     ``b = BANDWIDTH_CONSTANT · r · n^{-1/5}``, capped at ``r/2`` (docs/uq.md §3)."""
     return min(BANDWIDTH_CONSTANT * radius * n ** (-0.2), 0.5 * radius)
-
-
-def _epanechnikov(u: np.ndarray) -> np.ndarray:
-    return 0.75 * np.maximum(1.0 - u * u, 0.0)
 
 
 @dataclass(frozen=True)
@@ -109,50 +106,27 @@ class SamplingCovariance:
 
 
 def _jacobians_and_scores(
-    X: np.ndarray, z: np.ndarray, r: float, b: float
+    memory: LSRMemory, z: np.ndarray, r: float, b: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """For queries ``z`` (Q, T+1, d): plug-in ``Γ̂`` (Q, Td, Td), ``Ĵ`` (Q, T, d, d),
     counts (Q, T) and the boundary moment ``(1/n) Σ K_b(ρ_i − r)‖X_i − z_t‖²`` (Q, T).
-    Vectorised over memories; blocks of queries bound the memory."""
-    n, d = X.shape
-    Q, T1, _ = z.shape
-    T = T1 - 1
-    G = np.empty((Q, T * d, T * d))
-    J = np.empty((Q, T, d, d))
-    m = np.empty((Q, T), dtype=np.int64)
-    h = np.empty((Q, T))
-    bs = max(1, _BLOCK_ELEMS // (n * max(T * d, 1)))
-    r2 = r * r
-    for q0 in range(0, Q, bs):
-        zb = z[q0 : q0 + bs]
-        nb = zb.shape[0]
-        Psi = np.zeros((nb, n, T * d))
-        for t in range(1, T + 1):
-            diff = X[None] - zb[:, t - 1, None, :]  # (nb, n, d)
-            rho2 = np.einsum("bnd,bnd->bn", diff, diff)
-            mask = rho2 <= r2  # closed ball, direct formula (as LSRMemory.gate)
-            cnt = mask.sum(1)
-            m[q0 : q0 + nb, t - 1] = cnt
-            dev = X[None] - zb[:, t, None, :]
-            scale = n / np.maximum(cnt, 1)
-            Psi[:, :, (t - 1) * d : t * d] = mask[..., None] * dev * scale[:, None, None]
-            rho = np.sqrt(rho2)
-            K = _epanechnikov((rho - r) / b) / b
-            nu = diff / np.where(rho > 0, rho, 1.0)[..., None]
-            h[q0 : q0 + nb, t - 1] = np.einsum("bn,bnd,bnd->b", K, dev, dev) / n
-            J[q0 : q0 + nb, t - 1] = np.einsum("bn,bnj,bnk->bjk", K, dev, nu) / np.maximum(
-                cnt, 1
-            )[:, None, None]
-        G[q0 : q0 + nb] = np.einsum("bni,bnj->bij", Psi, Psi) / n
-    return G, J, m, h
+    One blocked pass over the bank (:func:`._bankstats.delta_partials`; Dask banks on
+    their workers), then ``Γ̂_{st} = n·A_{st}/(m_s m_t)`` from the unscaled sums."""
+    n = memory.n_memories
+    d = z.shape[2]
+    A, Jr, m, hr = bank_reduce(memory, delta_partials, z, r, b)
+    m = np.asarray(m, dtype=np.int64)
+    scale = np.repeat(n / np.maximum(m, 1), d, axis=1)  # (Q, Td): n/m_t per coordinate
+    G = A * scale[:, :, None] * scale[:, None, :] / n
+    J = Jr / np.maximum(m, 1)[:, :, None, None]
+    return G, J, m, hr / n
 
 
-def _bootstrap(X: np.ndarray, q: np.ndarray, r: float, T: int, B: int, rng) -> np.ndarray:
+def _bootstrap(memory: LSRMemory, q: np.ndarray, r: float, T: int, B: int, rng,
+               ) -> np.ndarray:
     """Bootstrap clean trajectories (Q, B, T, d): rows resampled with replacement, the
-    retrieval map run on each resample (vectorised over resamples and memories)."""
-    n, d = X.shape
-    sq = np.einsum("ij,ij->i", X, X)
-    r2 = r * r
+    retrieval map run on each resample (vectorised over resamples, blocked over rows)."""
+    n, d = memory.n_memories, memory.dim
     out = np.empty((q.shape[0], B, T, d))
     chunk = max(1, _BLOCK_ELEMS // n)
     for i in range(q.shape[0]):
@@ -163,15 +137,13 @@ def _bootstrap(X: np.ndarray, q: np.ndarray, r: float, T: int, B: int, rng) -> n
             W = np.bincount(flat, minlength=nb * n).reshape(nb, n).astype(np.float64)
             c = np.repeat(q[i][None], nb, axis=0)
             for t in range(T):
-                d2 = sq[None, :] + np.einsum("ij,ij->i", c, c)[:, None] - 2.0 * (c @ X.T)
-                wm = W * (d2 <= r2)
-                cnt = wm.sum(1)
-                s = wm @ X
+                cnt, s = bank_reduce(memory, bootstrap_partials, W, c, r)
                 c = np.where(cnt[:, None] > 0, s / np.maximum(cnt, 1.0)[:, None], c)
                 out[i, b0 : b0 + nb, t] = c
     return out
 
 
+@pins_bank
 def sampling_covariance(
     memory: LSRMemory,
     queries: Any,
@@ -207,14 +179,19 @@ def sampling_covariance(
         raise TypeError(f"memory must be an LSRMemory; got {type(memory).__name__}.")
     if estimator not in ("delta", "bootstrap"):
         raise ValueError(f"estimator must be 'delta' or 'bootstrap'; got {estimator!r}.")
-    X, _ = memory._bank()
-    n, d = X.shape
+    n, d = memory.n_memories, memory.dim
     r = memory.radius_
     q, _ = check_queries(queries, d, name="queries")
     T = check_steps(steps)
     b = default_bandwidth(n, r) if bandwidth is None else check_positive("bandwidth", bandwidth)
+    if estimator == "bootstrap" and memory._state().kind == "dask":
+        raise ValueError(
+            "estimator='bootstrap' is not supported on a Dask bank (each resample would "
+            "need its own pass over the bank with per-row weights); use "
+            "estimator='delta', or an in-memory or memory-mapped bank."
+        )
     z = memory.retrieve(q, T)
-    G, J, m, h = _jacobians_and_scores(X, z, r, b)
+    G, J, m, h = _jacobians_and_scores(memory, z, r, b)
     bad = (m < 2).any(axis=1)
     if estimator == "delta":
         L = _propagator(J)
@@ -222,7 +199,7 @@ def sampling_covariance(
         B = None
     else:
         B = check_int_at_least("n_boot", n_boot, 2)
-        boot = _bootstrap(X, q, r, T, B, check_rng(seed)).reshape(q.shape[0], B, T * d)
+        boot = _bootstrap(memory, q, r, T, B, check_rng(seed)).reshape(q.shape[0], B, T * d)
         dev = boot - boot.mean(axis=1, keepdims=True)
         cov = n * np.einsum("qbi,qbj->qij", dev, dev) / (B - 1)
     if bad.any():
