@@ -128,8 +128,23 @@ class _Ref:
         return math.floor(x / self.g)
 
 
-def reference_certificate(X, q, hist, T, r, kappa, gamma, proj=True):
-    """Δ̄_t and G_D(k) for t = 1..T at the history ``hist`` (Y_0 = q, …, Y_{T-1})."""
+def library_rule(r, tau, s, sig, a, W, nc):
+    """The clean-trajectory step bound of docs/privacy.md §3 before rounding; returns
+    ``(bound, which)`` with ``which`` the binding term."""
+    c = min(2 * (r + tau) + a, 2 * s * (r + tau + sig))
+    if nc < 1:
+        return c, "cap"
+    walk = 2 * (r + tau + a) * (W + 1) / (nc + 1)
+    switch = (2 * (r + tau) + a) * (W + 2) / (nc + W + 2)
+    return min((c, "cap"), (walk, "walk"), (switch, "switch"))
+
+
+def reference_certificate(X, q, hist, T, r, kappa, gamma, proj=True, rule=library_rule,
+                          which=None, A_out=None):
+    """Δ̄_t and G_D(k) for t = 1..T at the history ``hist`` (Y_0 = q, …, Y_{T-1}).
+
+    ``which`` (a list), if given, collects ``(s, k, binding term)`` of every ``A_s(k)``;
+    ``A_out`` collects ``A_s`` (grid units) for ``s = 1..T``."""
     X = [list(map(float, x)) for x in X]
     q = list(map(float, q))
     n, d = len(X), len(q)
@@ -175,11 +190,13 @@ def reference_certificate(X, q, hist, T, r, kappa, gamma, proj=True):
                     L = sum(1 for v in dist if v <= thr_in) if thr_in >= 0 else 0
                     W = sum(1 for v in dist if v <= thr_out) - L + k
                     nc = L - k - 1
-                    c = min(2 * (r + ref.tau) + a, 2 * s * (r + ref.tau + sig))
-                    if nc >= 1:
-                        c = min(c, 2 * (r + ref.tau + a) * (W + 1) / (nc + 1))
+                    c, term = rule(r, ref.tau, s, sig, a, W, nc)
+                    if which is not None:
+                        which.append((s, k, term))
                     newA.append(ref.up(c * (1 + 8 * _U) + sig))
                 A = newA
+            if A_out is not None:
+                A_out.append(list(A))
             a_t = _mean(X, _gate(X, y, r), y)
             mg = 1 + ref.margin
             dza = _dist(znew, a_t)
@@ -221,6 +238,18 @@ def test_certificate_matches_the_slow_reference(seed):
     np.testing.assert_allclose(cert.noise_scale[0], sens, rtol=0, atol=2 * g)
     for t in range(T):
         np.testing.assert_allclose(cert.G[t][0], G[t], rtol=0, atol=2 * g)
+    # the switch bound only adds a term to a min: never a larger certificate than the
+    # walk bound alone
+    sens_walk, _ = reference_certificate(X, q, hist, T, r, kappa, gamma, rule=_walk_rule)
+    assert np.all(cert.noise_scale[0] <= sens_walk + 2 * g)
+
+
+def _walk_rule(r, tau, s, sig, a, W, nc):
+    """The clean-trajectory step bound before issue 13 (cap and walk only)."""
+    c = min(2 * (r + tau) + a, 2 * s * (r + tau + sig))
+    if nc < 1:
+        return c, "cap"
+    return min((c, "cap"), (2 * (r + tau + a) * (W + 1) / (nc + 1), "walk"))
 
 
 def test_numerics_constants():
@@ -300,6 +329,24 @@ def _assert_smooth(cD, cP, gamma):
     offset=st.sampled_from([0.0, 0.0, 1e6, 1e7, 1e8]),
 )
 def test_smoothness_at_fixed_histories(seed, kappa, gamma, T, offset):
+    X, Xp, r, q, hist = _smoothness_instance(seed, T, offset)
+    _check_neighbours(X, Xp, r, q, hist, dict(steps=T, kappa=kappa, gamma=gamma))
+
+
+def test_smoothness_generator_exercises_the_switch_bound():
+    """The instances of the property test above reach the clean-trajectory bound's new
+    term: for fixed seeds, the slow reference reports ``switch`` as the binding term of
+    some ``A_s(k)`` (and the instances pass the same checks)."""
+    terms = []
+    for seed in range(40):
+        X, Xp, r, q, hist = _smoothness_instance(seed, 3, 0.0)
+        _check_neighbours(X, Xp, r, q, hist, dict(steps=3, kappa=0.0, gamma=0.1))
+        reference_certificate(X, q, hist, 3, r, 0.0, 0.1, which=terms)
+    binding = [t for _, _, t in terms]
+    assert binding.count("switch") >= 10 and binding.count("walk") >= 1
+
+
+def _smoothness_instance(seed, T, offset):
     rng = np.random.default_rng(seed)
     n, d = int(rng.integers(5, 50)), int(rng.integers(1, 4))
     r = float(rng.uniform(0.3, 1.0))
@@ -315,7 +362,7 @@ def test_smoothness_at_fixed_histories(seed, kappa, gamma, T, offset):
     else:
         hist = np.concatenate([q[None], q + rng.uniform(-T * r, T * r, (T - 1, d))])
     Xp = _neighbour(rng, X - offset, q0, clean - offset, r) + offset
-    _check_neighbours(X, Xp, r, q, hist, dict(steps=T, kappa=kappa, gamma=gamma))
+    return X, Xp, r, q, hist
 
 
 def _check_neighbours(X, Xp, r, q, hist, kw):
@@ -375,3 +422,162 @@ def test_smoothness_float32_banks_and_both_gate_backends(seed, kappa, T, d):
     Xp = _neighbour(rng, X.astype(np.float64), q, clean, r).astype(np.float32)
     hist = np.concatenate([q[None], clean[: T - 1]])
     _check_neighbours(X, Xp, r, q, hist, dict(steps=T, kappa=kappa, gamma=gamma))
+
+
+# ------------------------------ the clean-trajectory bound: adversarial validity search
+
+
+def _batch_clean(banks, q, r, T):
+    """Computed clean trajectories of many banks ``(M, n, d)`` at once, ``(M, T+1, d)``:
+    canonical membership (``Σ_j fl(X_ij − c_j)² ≤ fl(r·r)``) and the mean ``fl(Σ/m)``.
+    Any such computation is one the proof covers (docs/privacy.md §8)."""
+    z = np.empty((banks.shape[0], T + 1, banks.shape[2]))
+    z[:, 0] = q
+    for t in range(1, T + 1):
+        diff = banks - z[:, t - 1, None, :]
+        inside = (diff * diff).sum(-1) <= r * r
+        m = inside.sum(1)
+        sums = (banks * inside[..., None]).sum(1)
+        z[:, t] = np.where(m[:, None] > 0, sums / np.maximum(m, 1)[:, None], z[:, t - 1])
+    return z
+
+
+def _library_clean_bounds(X, q, r, T, gamma):
+    """``A_s`` (floats, ``k = 0..K``) from ``CleanTrajectoryBound`` for ``s = 1..T``."""
+    from brace.memory import direct_sqdist
+    from brace.sensitivity import CleanTrajectoryBound
+
+    n, d = X.shape
+    num = Numerics(n, d, r, T)
+    cb = CleanTrajectoryBound(1, n_terms(n, gamma), num, np.array([np.abs(q).max()]))
+    z = _batch_clean(X[None], q, r, T)[0]
+    out = []
+    for s in range(1, T + 1):
+        if s == 1:
+            A = cb.advance(clean_counts=np.array([int((direct_sqdist(X, q) <= r * r).sum())]))
+        else:
+            dist = np.sqrt(direct_sqdist(X, z[s - 1]))
+            A = cb.advance(segments=[np.sort(dist[dist <= 2 * r + num.tau])])
+        out.append(num.value(A[0]))
+    return out
+
+
+def _reference_clean_bounds(X, q, r, T, gamma, rule):
+    A_out = []
+    reference_certificate(X, q, np.repeat(q[None], T, 0), T, r, 0.0, gamma, rule=rule,
+                          A_out=A_out)
+    g = Numerics(len(X), len(q), r, T).g
+    return [np.array(a, dtype=np.float64) * g for a in A_out]
+
+
+def _candidates(rng, X, q, z, r):
+    """Replacement values: on (and 1e-12 inside/outside) the gate spheres around q and
+    every clean state, along the trajectory's direction, the axes and at random; inside
+    the gates, duplicates and a far point."""
+    d = X.shape[1]
+    dirs = [np.eye(d)[i] * sgn for i in range(d) for sgn in (-1.0, 1.0)]
+    for t in range(1, len(z)):
+        v = z[t] - z[t - 1]
+        if np.linalg.norm(v) > 0:
+            dirs += [v / np.linalg.norm(v), -v / np.linalg.norm(v)]
+    for _ in range(3):
+        u = rng.normal(size=d)
+        dirs.append(u / np.linalg.norm(u))
+    out = []
+    for c in z:
+        for u in dirs:
+            for rel in (0.0, -1e-12, 1e-12):
+                out.append(c + r * (1.0 + rel) * u)
+        out.append(c + rng.uniform(-r, r, d))
+    out += [X[i] for i in rng.integers(len(X), size=3)] + [q + 50 * r]
+    return np.array(out)
+
+
+def _adversarial_ratio(X, q, r, T, A, rng, kmax=3, restarts=2):
+    """Largest ratio of a clean-trajectory move to its bound over the banks searched.
+
+    From ``B = D``, for ``k = 0..kmax``: every neighbour ``B'`` of ``B`` (each row × each
+    candidate) is checked against (V_s) ``‖z_s(B') − z_s(B)‖ ≤ A_s(k)`` and (W_s)
+    ``‖z_s(B') − z_s(D)‖ ≤ R_s(k+1) = Σ_{j≤k} A_s(j)``; the next ``B`` is one of the
+    neighbours that come closest to violating either (hill climbing on the clean
+    trajectory, a random pick among the best few)."""
+    n, d = X.shape
+    zD = _batch_clean(X[None], q, r, T)[0]
+    R = [np.cumsum(a) for a in A]  # R[s-1][k] = R_s(k+1)
+    kmax = min(kmax, len(A[0]) - 1)
+    worst = 0.0
+    for _ in range(restarts):
+        B = X.copy()
+        for k in range(kmax + 1):
+            cand = _candidates(rng, B, q, _batch_clean(B[None], q, r, T)[0], r)
+            rows = np.repeat(np.arange(n), len(cand))
+            Bp = np.repeat(B[None], rows.size, axis=0)
+            Bp[np.arange(rows.size), rows] = np.tile(cand, (n, 1))
+            zB = _batch_clean(B[None], q, r, T)[0]
+            zP = _batch_clean(Bp, q, r, T)
+            score = np.zeros(rows.size)
+            for s in range(2, T + 1):  # s = 1 is the fixed-centre bound (exact; tested above)
+                v = np.linalg.norm(zP[:, s] - zB[s], axis=1) / A[s - 1][k]
+                w = np.linalg.norm(zP[:, s] - zD[s], axis=1) / R[s - 1][k]
+                score = np.maximum(score, np.maximum(v, w))
+            worst = max(worst, float(score.max()))
+            best = np.argsort(score)[-3:]
+            B = Bp[best[rng.integers(len(best))]]
+    return worst
+
+
+def _tiny_instance(seed):
+    rng = np.random.default_rng(seed)
+    n, d = int(rng.integers(4, 13)), int(rng.integers(1, 3))
+    r = float(rng.uniform(0.3, 1.0))
+    T = int(rng.integers(2, 4))
+    q = rng.normal(0, 1, d)
+    clean = _batch_clean((q + rng.normal(0, 0.5 * r, (n, d)))[None], q, r, T)[0, 1:]
+    X = _weak_bank(rng, n, d, r, q, clean, 0.0)
+    if rng.random() < 0.5:  # a plain cluster: interior rows, big cores
+        X = q + rng.normal(0, float(rng.choice([0.3, 0.6])) * r, (n, d))
+    return rng, X, q, r, T
+
+
+_TINY_SEEDS = range(30)
+
+
+def test_clean_bound_survives_the_adversarial_search():
+    """(V_s) and (W_s) of docs/privacy.md §3 on tiny banks (n ≤ 12, d ≤ 2), for up to
+    three replaced rows found by hill climbing; the bounds are the library's
+    (``CleanTrajectoryBound``), equal to the slow reference."""
+    worst, terms = 0.0, []
+    for seed in _TINY_SEEDS:
+        rng, X, q, r, T = _tiny_instance(seed)
+        A = _library_clean_bounds(X, q, r, T, 0.1)
+        ref = _reference_clean_bounds(X, q, r, T, 0.1, library_rule)
+        g = Numerics(len(X), len(q), r, T).g
+        for a, b in zip(A, ref, strict=True):
+            np.testing.assert_allclose(a, b, rtol=0, atol=2 * g)
+        reference_certificate(X, q, np.repeat(q[None], T, 0), T, r, 0.0, 0.1, which=terms)
+        ratio = _adversarial_ratio(X, q, r, T, A, rng)
+        assert ratio <= 1.0, f"seed {seed}: a clean move exceeds its bound ({ratio:.4f}×)"
+        worst = max(worst, ratio)
+    assert worst > 0.5  # the search comes close to the bound somewhere
+    assert any(t == "switch" for _, _, t in terms)  # the new term binds on these banks
+
+
+def _halved_walk_rule(r, tau, s, sig, a, W, nc):
+    """The pre-issue-13 rule with its per-move cost halved — NOT valid (deliberately)."""
+    c = min(2 * (r + tau) + a, 2 * s * (r + tau + sig))
+    if nc < 1:
+        return c, "cap"
+    return min((c, "cap"), ((r + tau + a) * (W + 1) / (nc + 1), "walk"))
+
+
+def test_adversarial_search_catches_an_unproved_halving():
+    """The search has teeth: the old walk rule with its per-move cost halved (no proof)
+    is caught on the same instances."""
+    worst = 0.0
+    for seed in _TINY_SEEDS:
+        rng, X, q, r, T = _tiny_instance(seed)
+        A = _reference_clean_bounds(X, q, r, T, 0.1, _halved_walk_rule)
+        worst = max(worst, _adversarial_ratio(X, q, r, T, A, rng))
+        if worst > 1.0:
+            break
+    assert worst > 1.0

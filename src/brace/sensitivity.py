@@ -14,8 +14,9 @@ Pieces, all vectorised over queries (rows) and ``k = 0..K`` (columns):
 
 (a) fixed centre      ``F_D(k) = 2r / max(m - k, 1) + σ_y``, ``m = |I(D, y)|``;
 (b) clean trajectory  ``A_1 = 2r / max(m_q - k, 1) + σ`` (fixed centre at the public
-                      ``q``), then for ``s ≥ 2`` the walk bound from counts around
-                      ``z_{s-1}(D)``; ``R_s(k) = Σ_{j<k} A_s(j)``;
+                      ``q``), then for ``s ≥ 2`` the smaller of the walk and the
+                      switch bounds from counts around ``z_{s-1}(D)``;
+                      ``R_s(k) = Σ_{j<k} A_s(j)``;
 (c) activation        ``U_D(k)``: some bank within ``k+1`` might have ``H_t = 1``;
 (d) combination       ``G = F`` if not ``U`` else ``min(cap, max(F, θ⁺ + A_t))``.
 
@@ -216,9 +217,18 @@ def clean_step_bound(
         L   = #{‖X_i - c‖ ≤ r - a - R - τ}
         W   = #{r - a - R - τ < ‖X_i - c‖ ≤ r + a + R + τ} + k
         n_c = L - k - 1
-        cap = min(2(r + τ) + a, 2s(r + τ + σ))
-        A_s(k) = ⌈(min(cap, 2(r + τ + a)(W + 1)/(n_c + 1))·(1 + 8u) + σ) / g⌉  if n_c ≥ 1
-                 ⌈(cap·(1 + 8u) + σ) / g⌉                                    otherwise.
+        cap    = min(2(r + τ) + a, 2s(r + τ + σ))
+        walk   = 2(r + τ + a)(W + 1)/(n_c + 1)
+        switch = (2(r + τ) + a)/(1 + n_c/(W + 2))      # = (2(r+τ) + a)(W + 2)/(n_c + W + 2)
+        A_s(k) = ⌈(min(cap, walk, switch)·(1 + 8u) + σ) / g⌉  if n_c ≥ 1
+                 ⌈(cap·(1 + 8u) + σ) / g⌉                     otherwise.
+
+    ``walk`` moves from one gate to the other one row at a time; ``switch`` charges each
+    row that switches its distance to the centre of its own gate, through the exact
+    identity ``|S'|(μ' − μ) = Σ_{E'}(u − p) − Σ_E(u − p) − (e' − e)(μ − p)``
+    (``docs/privacy.md`` §3), and never exceeds ``2(r + τ) + a``. Both are valid, so is
+    their minimum; each is monotone in ``(a, W, n_c)`` *as computed* (every argument
+    enters one monotone floating-point operation), which the consistency proof needs.
 
     ``a + R ≥ σ > 0`` at every ``s ≥ 2`` (``A_1 ≥ σ``), so the ``k`` modified rows are
     always counted: the thin-shell case of the old rule cannot arise.
@@ -239,7 +249,8 @@ def clean_step_bound(
     sig = np.asarray(slack, dtype=np.float64).reshape(-1, 1)
     cap = np.minimum(2.0 * (r + tau) + a, 2.0 * s * (r + tau + sig))
     walk = 2.0 * (r + tau + a) * (W + 1) / np.maximum(nc + 1, 1)
-    A = np.where(nc >= 1, np.minimum(cap, walk), cap)
+    switch = (2.0 * (r + tau) + a) / (1.0 + np.maximum(nc, 0) / (W + 2))
+    A = np.where(nc >= 1, np.minimum(cap, np.minimum(walk, switch)), cap)
     return num.up(A * (1.0 + 8.0 * _U) + sig)
 
 
