@@ -315,8 +315,12 @@ def test_shapes_and_json(mixture):
         assert res.clean is None
         d = res.to_dict()
         assert d["privacy"]["epsilon"] == 8
+        # the count release (the default here: ε = 8, d = 2, T = 3) also releases its counts
+        counts = {"released_counts"} if res.params["release"] == "count" else set()
         assert set(d) == {"method", "is_private", "outputs", "queries", "privacy", "params",
-                          "version", "schema"}
+                          "version", "schema"} | counts
+        if counts:
+            assert np.asarray(d["released_counts"]).shape == (4, 3)
         full = res.to_dict(include_diagnostics=True)
         assert set(full["diagnostics_not_private"]) == set(res.diagnostics())
         json.dumps(full)

@@ -40,7 +40,7 @@ POP = MixturePopulation(PAPER_MIXTURE)
 
 
 def _release(n=2000, *, seed=0, method="brace", kappa=math.inf, steps=3, epsilon=8.0,
-             gamma=0.04, noise_seed=1, queries=None):
+             gamma=0.04, noise_seed=1, queries=None, release=None):
     X = sample_mixture(n, seed=seed)
     mem = LSRMemory(X, radius=R)
     q = Q0[None] if queries is None else queries
@@ -48,7 +48,7 @@ def _release(n=2000, *, seed=0, method="brace", kappa=math.inf, steps=3, epsilon
         warnings.simplefilter("ignore", NotPrivateWarning)
         res = private_retrieve(mem, q, method=method, epsilon=epsilon, delta=1e-5, steps=steps,
                                kappa=kappa, gamma=gamma if method == "brace" else None,
-                               seed=noise_seed)
+                               seed=noise_seed, release=release)
     return mem, q, res
 
 
@@ -252,12 +252,25 @@ def test_projection_triggers_simulation():
     """ε = 1 at n = 500: noise of the order of r, the output ball is hit, and ``auto``
     switches to the simulated law (whose regions are narrower than the Gaussian ones)."""
     mem, q, res = _release(n=500, epsilon=1.0, steps=1, gamma=None, noise_seed=3,
-                           queries=np.repeat(Q0[None], 20, axis=0))
+                           queries=np.repeat(Q0[None], 20, axis=0), release="smooth")
     uq = analyze(mem, res, q, n_sim=200, seed=1)
     assert uq.projection_active.any() and uq.privacy_model == "simulate"
     lin = analyze(mem, res, q, privacy="linear")
     assert (uq.confidence_region().halfwidth().mean()
             < lin.confidence_region().halfwidth().mean())
+
+
+def test_simulation_reproduces_a_count_release():
+    """The default release at ε = 1 here is the count release: far less noise than the
+    smooth one above (the ball is not hit), and the simulated law re-runs the same plan."""
+    mem, q, res = _release(n=500, epsilon=1.0, steps=1, gamma=None, noise_seed=3,
+                           queries=np.repeat(Q0[None], 20, axis=0))
+    assert res.params["release"] == "count" and res.params["release_rule"].startswith("auto")
+    _, _, smooth = _release(n=500, epsilon=1.0, steps=1, gamma=None, noise_seed=3,
+                            queries=np.repeat(Q0[None], 20, axis=0), release="smooth")
+    assert np.median(res.noise_std) < 0.5 * np.median(smooth.noise_std)
+    uq = analyze(mem, res, q, privacy="simulate", n_sim=100, seed=1)
+    assert uq.privacy_model == "simulate" and np.all(np.isfinite(uq.confidence_region().cov))
 
 
 # ------------------------------------------------------------------ public variant

@@ -313,7 +313,7 @@ def private_retrieve(
     return_clean : bool
         Also return the noiseless trajectory (NOT private; for evaluation only).
     release : {"smooth", "count", "auto"} or None
-        BRACE only; None is :data:`brace.plan.DEFAULT_RELEASE` (``"smooth"``; the
+        BRACE only; None is :data:`brace.plan.DEFAULT_RELEASE` (``"auto"``; the
         baselines and ``accounting="paper"`` always use ``"smooth"``). ``"smooth"``: the
         smooth-sensitivity certificate (Δ̄_t, γ).
         ``"count"``: the dimension-free count release (``docs/privacy-accounting.md`` §9):

@@ -52,7 +52,7 @@ METHODS = ("brace", "global", "endpoint", "naive")
 PRIVATE_METHODS = ("brace", "global", "endpoint")
 RELEASE_MODES = ("smooth", "count", "auto")
 DEFAULT_KAPPA = 128.0  # BRACE activation κ of private_retrieve and of every CLI flag
-DEFAULT_RELEASE = "smooth"  # BRACE release mode when none is given (one of RELEASE_MODES)
+DEFAULT_RELEASE = "auto"  # BRACE release mode when none is given (one of RELEASE_MODES)
 FIXED = "fixed sensitivity"  # the release mode of the baselines
 COUNT_PROPOSAL_DELTA = 0.5  # release="count": the proposals' share of δ (δ_c = share·δ/T)
 

@@ -151,6 +151,14 @@ def _simulate_release(
 
     Q, S, d = res.outputs.shape
     priv, params = res.privacy, res.params
+    # the same plan: smooth with the recorded γ; a count release as it was chosen (its
+    # budget split is a public function of the same parameters)
+    release, gamma = "smooth", priv.gamma if res.method == "brace" else None
+    if res.method == "brace" and params.get("release") == "count":
+        auto = str(params.get("release_rule", "")).startswith("auto")
+        release, gamma = ("auto" if auto else "count"), None
+    elif res.method != "brace":
+        release = None
     out = np.empty((Q, M, S, d))
     chunk = max(1, 256 // Q)
     for m0 in range(0, M, chunk):
@@ -160,8 +168,7 @@ def _simulate_release(
             sim = private_retrieve(
                 memory, np.repeat(q, mm, axis=0), method=res.method, epsilon=priv.epsilon,
                 delta=priv.delta, steps=int(params["steps"]), kappa=params["kappa"],
-                gamma=priv.gamma if res.method == "brace" else None,
-                accounting=priv.accounting,
+                gamma=gamma, release=release, accounting=priv.accounting,
                 output_projection=params.get("output_projection", True), seed=rng,
             )
         if not math.isclose(sim.privacy.rho_per_step, priv.rho_per_step, rel_tol=1e-9):
