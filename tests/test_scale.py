@@ -482,3 +482,38 @@ def test_uq_on_dask_and_mmap_banks_matches_in_memory(dask_client, tmp_path, monk
                                uq.sampling_covariance(ref, q, 2, **kw).cov, rtol=1e-9)
     with pytest.raises(ValueError, match="estimator='bootstrap' is not supported on a Dask"):
         uq.sampling_covariance(banks["dask"], q, 2, **kw)
+
+
+def test_a_first_call_hashes_the_bank_at_validation_and_exit(monkeypatch):
+    """A fresh memory's first call does not re-hash the bank it has just validated (the
+    validation's digest is the entry check); the exit check still reads it."""
+    import brace._fingerprint as fp
+
+    X = np.random.default_rng(15).normal(size=(3000, 8))
+    hashed = []
+    orig = fp.BankHasher.update
+    monkeypatch.setattr(fp.BankHasher, "update",
+                        lambda self, rows: (hashed.append(rows.shape[0]), orig(self, rows)))
+    mem = LSRMemory(X, radius=2.0, index="brute")
+    mem.retrieve(X[:5], 3)
+    assert sum(hashed) == 2 * X.shape[0]
+    hashed.clear()
+    mem.retrieve(X[:5], 3)  # validated before: entry and exit
+    assert sum(hashed) == 2 * X.shape[0]
+
+
+def test_sparse_and_dense_sums_agree_and_counts_match_direct():
+    """Gate sums from the CSR path (sparse gates) and the dense mask GEMM (dense gates)
+    both equal float64 sums of the direct-formula members."""
+    from brace import memory as mm
+
+    rng = np.random.default_rng(16)
+    X = rng.normal(size=(5000, 16)).astype(np.float32)
+    Y = rng.normal(size=(40, 16))
+    for r in (3.5, 6.0):  # sparse (≈1 % of the bank) and dense (≈70 %) gates
+        gp = LSRMemory(X, radius=r, index="brute").gate_pass(Y)
+        d2 = mm.direct_sqdist(X[None, :, :], Y[:, None, :])
+        mk = d2 <= r * r
+        assert np.array_equal(gp.counts, mk.sum(1))
+        np.testing.assert_allclose(gp.sums, mk.astype(np.float64) @ X.astype(np.float64),
+                                   rtol=1e-12, atol=1e-9)
