@@ -445,7 +445,7 @@ def _validate_numpy(bank: Any) -> _BankState:
     if bad:
         raise ValueError(f"bank contains {bad} non-finite value(s) (NaN or inf); every value "
                          "must be finite (drop or impute those rows).")
-    return _BankState(bank, X, sq, kind, h.hexdigest(), release, {})
+    return _BankState(bank, X, sq, kind, h.hexdigest(), release, {"unchecked": True})
 
 
 def _validate(bank: Any) -> _BankState:
@@ -507,10 +507,10 @@ class _MemoryBase:
             finally:
                 pins[tid] = (st, depth)
             return
-        cached = getattr(self, "_bank_cache", None)
-        fresh = cached is None or cached.source is not self.bank
         st = self._state()
-        if st.kind != "dask" and not fresh:  # a bank validated just now was just hashed
+        # the first scope after validation skips the entry hash: validation just computed
+        # the digest, and the exit check compares against it
+        if st.kind != "dask" and not st.extra.pop("unchecked", False):
             self._verify(st)
         pins[tid] = (st, 1)
         try:
