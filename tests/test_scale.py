@@ -517,3 +517,27 @@ def test_sparse_and_dense_sums_agree_and_counts_match_direct():
         assert np.array_equal(gp.counts, mk.sum(1))
         np.testing.assert_allclose(gp.sums, mk.astype(np.float64) @ X.astype(np.float64),
                                    rtol=1e-12, atol=1e-9)
+
+
+@pytest.mark.parametrize("index", ["brute", "kdtree"])
+def test_duplicate_centres_are_passed_once_with_identical_counts(index, monkeypatch):
+    """Bit-identical centres share one pass: counts equal the pass without sharing, and
+    each copy gets exactly the statistics of its distinct centre."""
+    from brace import memory as mm
+
+    rng = np.random.default_rng(17)
+    X = rng.normal(size=(6000, 3))
+    U = rng.normal(size=(7, 3))
+    pick = rng.integers(0, 7, size=40)
+    Y = U[pick]
+    mem = LSRMemory(X, radius=0.8, index=index)
+    gp = mem.gate_pass(Y)
+    gu = mem.gate_pass(U)
+    assert np.array_equal(gp.counts, gu.counts[pick])
+    assert np.array_equal(gp.sums, gu.sums[pick])
+    monkeypatch.setattr(mm, "_DEDUPE", False)
+    g0 = mem.gate_pass(Y)
+    assert np.array_equal(gp.counts, g0.counts)
+    np.testing.assert_allclose(gp.sums, g0.sums, rtol=1e-12, atol=1e-12)
+    first, inv = mm._distinct_rows(np.array([[0.0, 1.0], [-0.0, 1.0], [0.0, 1.0]]))
+    assert first.tolist() == [0, 1] and inv.tolist() == [0, 1, 0]  # -0.0 is kept apart
