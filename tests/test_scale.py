@@ -541,3 +541,23 @@ def test_duplicate_centres_are_passed_once_with_identical_counts(index, monkeypa
     np.testing.assert_allclose(gp.sums, g0.sums, rtol=1e-12, atol=1e-12)
     first, inv = mm._distinct_rows(np.array([[0.0, 1.0], [-0.0, 1.0], [0.0, 1.0]]))
     assert first.tolist() == [0, 1] and inv.tolist() == [0, 1, 0]  # -0.0 is kept apart
+
+
+@pytest.mark.parametrize("scale", [1e-120, 1.0, 1e120])
+def test_kdtree_members_match_brute_on_the_sphere_at_any_scale(scale):
+    """Rows on the sphere and one ulp either side: the tree's shortcut (its own distance
+    decides rows well inside) and the direct recomputation agree with brute force, also
+    where the shortcut is off (radius outside [1e-100, 1e100])."""
+    rng = np.random.default_rng(18)
+    c = rng.normal(size=(5, 2))
+    ang = rng.uniform(0, 2 * np.pi, size=(5, 300))
+    ring = np.stack([np.cos(ang), np.sin(ang)], -1)
+    pts = c[:, None, :] + ring * np.array([1.0, np.nextafter(1.0, 0), np.nextafter(1.0, 2)]
+                                          ).repeat(100)[None, :, None]
+    X = np.concatenate([pts.reshape(-1, 2), rng.normal(size=(4000, 2))]) * scale
+    C = c * scale
+    a = LSRMemory(X, radius=scale, index="kdtree").gate_pass(C)
+    b = LSRMemory(X, radius=scale, index="brute").gate_pass(C)
+    assert np.array_equal(a.counts, b.counts)
+    assert 0 < a.counts.min() and a.counts.max() < X.shape[0]
+    np.testing.assert_allclose(a.sums, b.sums, rtol=1e-12, atol=1e-12 * scale)

@@ -4,8 +4,9 @@
 ``sparse_distance_matrix``) with the inflated radius ``r(1 + 1e-9) + s``
 (``s = 1e-150``) is only a candidate filter: any row with ``direct_sqdist(X_i, c) ≤ fl(r²)``
 has exact distance ``≤ r(1 + (d + 3)u)``, far inside the inflated radius whatever the
-tree's own rounding (relative ``O(d u)``, ``d ≤ 8``). Membership is then decided by the
-canonical direct formula on the candidates, so counts, memberships, pair counts and near
+tree's own rounding (relative ``O(d u)``, ``d ≤ 8``). Candidates whose tree distance is
+at most ``r(1 − 1e-9)`` are members by the canonical formula too (see :func:`_members`);
+the rest are decided by the direct formula itself, so counts, memberships, pair counts and near
 distances equal the brute-force pass exactly; sums are float64 sums over the members in
 row order (any order is covered by ``mean_rounding_bound``).
 """
