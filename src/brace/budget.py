@@ -17,12 +17,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from . import accounting as acc
 from . import ledger as _ledger
 from ._validation import (
     check_delta,
     check_epsilon,
-    check_nonnegative,
     check_queries,
     check_steps,
 )
@@ -30,10 +28,10 @@ from .mechanisms import (
     DIAGNOSTIC_FIELDS,
     PRIVATE_METHODS,
     PrivateRetrievalResult,
-    accounting_module_calibrate,
     private_retrieve,
 )
 from .memory import LSRMemory, pins_bank
+from .plan import plan_release
 
 __all__ = ["BudgetExceededError", "PrivateMemory"]
 
@@ -51,6 +49,7 @@ class BudgetExceededError(RuntimeError):
         self.requested_total = requested_total
 
 
+_PLAN_KW = ("kappa", "gamma", "accounting", "output_projection", "release")
 _REFUSED_KW = {
     "return_clean": "the noiseless trajectory is not private",
     "_innovations": "caller-supplied innovations carry no guarantee",
@@ -176,35 +175,12 @@ class PrivateMemory:
         T = check_steps(steps)
         eps = check_epsilon(epsilon)
         dlt = check_delta(delta)
-        accounting = kw.get("accounting", "rdp")
-        gamma = kw.get("gamma")
-        if accounting not in acc.ACCOUNTING_RULES:
-            raise ValueError(f"accounting must be 'rdp' or 'paper'; got {accounting!r}.")
-        release = kw.get("release", "smooth")
-        # Price the call from public parameters only (the calibration of private_retrieve).
-        d = X.shape[1]
-        if release == "auto" and method == "brace" and accounting == "rdp":
-            # the same public choice as private_retrieve (predicted noise/oracle ratios)
-            w_s, _, g_s = acc.predicted_noise_ratio("smooth", eps, dlt, T, dim=d,
-                                                    n=X.shape[0])
-            w_c, _, _ = acc.predicted_noise_ratio("count", eps, dlt, T, dim=d, n=X.shape[0])
-            release = "count" if w_c < w_s else "smooth"
-            if release == "smooth":
-                gamma = g_s
-        if release == "count" and method == "brace" and accounting == "rdp":
-            spent = acc.calibrate_count(eps, dlt, T, dim=d)
-        else:
-            if gamma == "gates" and method == "brace" and accounting == "rdp":
-                gamma = acc.choose_gamma_for_gates(eps, dlt, T, dim=d, n=X.shape[0])
-            elif gamma is not None and method == "brace" and not isinstance(gamma, str):
-                gamma = check_nonnegative("gamma", gamma)
-            releases = 1 if method == "endpoint" else T
-            spent = accounting_module_calibrate(
-                eps, dlt, releases, dim=d,
-                gamma=gamma if method == "brace" and not isinstance(gamma, str) else 0.0,
-                accounting=accounting, mechanism=method,
-            )  # an invalid release/gamma is refused by private_retrieve, spending nothing
-        spent_call = spent.for_queries(q.shape[0])
+        # Price the call from public parameters only: the plan private_retrieve will run
+        # (an invalid argument is refused here, spending nothing).
+        plan = plan_release(self._memory, method=method, epsilon=eps, delta=dlt, steps=T,
+                            queries=q.shape[0],
+                            **{k: kw[k] for k in _PLAN_KW if k in kw})
+        spent_call = plan.spent
         record = {
             "method": method,
             "queries": int(q.shape[0]),
@@ -214,7 +190,7 @@ class PrivateMemory:
             "delta": dlt,
             "epsilon_call": (spent_call.epsilon_total  # at the per-query delta
                              if math.isfinite(spent_call.epsilon_total) else None),
-            "accounting": accounting,
+            "accounting": plan.accounting,
             "gamma": spent_call.gamma,
             "rho_per_step": spent_call.rho_per_step,
             "event": _ledger.event_to_dict(spent_call.call_event),

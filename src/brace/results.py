@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ._io import atomic_write_text, save_npz, strict_json
+from ._runners import _iterative, endpoint_sensitivity
 from ._validation import check_queries, check_steps
 from .accounting import PrivacySpent
 from .mechanisms import (
@@ -40,6 +41,7 @@ from .mechanisms import (
     PrivateRetrievalResult,
 )
 from .memory import LSRMemory
+from .plan import plan_release
 
 __all__ = [
     "RESULT_KEYS",
@@ -282,8 +284,6 @@ def with_diagnostics(memory: LSRMemory, result: PrivateRetrievalResult) -> Priva
     (up to floating-point rounding). They are **not** covered by ε: use them for
     evaluation (``brace uq``), never publish them with the release.
     """
-    from .mechanisms import _iterative
-
     if not isinstance(result, PrivateRetrievalResult):
         raise TypeError(f"result must be a PrivateRetrievalResult; got {type(result).__name__}.")
     if not isinstance(memory, LSRMemory):
@@ -301,8 +301,6 @@ def with_diagnostics(memory: LSRMemory, result: PrivateRetrievalResult) -> Priva
     if result.method == "endpoint":
         Q = q.shape[0]
         zeros = np.zeros((Q, 1), dtype=np.int64)
-        from .mechanisms import endpoint_sensitivity
-
         std = endpoint_sensitivity(memory.n_memories, r, T, q) * mult
         return replace(result, noise_std=np.asarray(std, dtype=np.float64).reshape(Q, 1),
                        activated=np.zeros((Q, 1), dtype=bool), gate_clean=zeros,
@@ -312,7 +310,10 @@ def with_diagnostics(memory: LSRMemory, result: PrivateRetrievalResult) -> Priva
         raise ValueError("the diagnostics of a count release cannot be recomputed from the "
                          "release; save it with include_diagnostics=True (--diagnostics).")
     hist = np.concatenate([q[:, None], result.outputs], axis=1)
-    kappa = float(prm.get("kappa", 128.0))
-    diag = _iterative(memory, q, result.method, T, r, kappa, p, mult, None, proj, {}, False,
-                      history=hist)
-    return replace(result, **{k: getattr(diag, k) for k in DIAGNOSTIC_FIELDS})
+    # the release's plan along its own history, with the release's noise multiplier
+    plan = replace(plan_release(memory, method=result.method, epsilon=None, delta=None,
+                                steps=T, kappa=float(prm.get("kappa", 128.0)),
+                                gamma=p.gamma, output_projection=proj, queries=q.shape[0]),
+                   noise_multiplier=mult, spent=p)
+    diag = _iterative(memory, q, plan, None, history=hist)
+    return replace(result, **{k: diag[k] for k in DIAGNOSTIC_FIELDS})
