@@ -8,7 +8,10 @@ for Q = 256 queries. Reported: wall time of build + steps (best of ``--repeats``
 with a fresh build), its ratio to BRACE's time, the peak RSS above the loaded bank
 (psutil, sampled every 2 ms), and the share of final states that match BRACE's to 1e-6.
 
-Peers (``bench`` extra): ``brace`` (``LSRMemory``, automatic index), ``sk-kdtree``
+Peers (``bench`` extra): ``brace`` (``LSRMemory``, automatic index), ``brace-nodedup``
+(the same with the sharing of bit-identical centres turned off: what a pass costs when
+no state has converged onto another, as with noisy centres; not in the default list),
+``sk-kdtree``
 (scikit-learn ``KDTree.query_radius``), ``sk-brute`` (``NearestNeighbors``,
 ``algorithm="brute"``), ``faiss`` (``IndexFlatL2.range_search``, float32 only: a float64
 bank is cast), ``torch`` (CPU, matmul expansion, blocked) and ``numpy`` (matmul
@@ -62,10 +65,11 @@ def _ragged(lists: Any) -> tuple[np.ndarray, np.ndarray]:
 def run_peer(peer: str, X: np.ndarray, Y: np.ndarray, r: float, T: int, threads: int) -> np.ndarray:
     """Final states (Q, d) after T steps."""
     C = Y.copy()
-    if peer == "brace":
-        from brace.memory import LSRMemory
+    if peer in ("brace", "brace-nodedup"):
+        from brace import memory
 
-        return LSRMemory(X, radius=r, threads=threads).retrieve(Y, T)[:, -1]
+        memory._DEDUPE = peer == "brace"
+        return memory.LSRMemory(X, radius=r, threads=threads).retrieve(Y, T)[:, -1]
     if peer in ("sk-kdtree", "sk-brute"):
         if peer == "sk-kdtree":
             from sklearn.neighbors import KDTree
@@ -262,7 +266,7 @@ def table(rows: list[dict], peers: list[str]) -> str:
             t = rec["time_s"]
             ratio = f" ({t / tb:.2f}×)" if tb and p != "brace" else ""
             cells.append(f"{t:.3g}{ratio}")
-            if p != "brace":
+            if not p.startswith("brace"):
                 others.append(t)
         best = f"{min(others) / tb:.2f}" if others and tb else "—"
         peak = pr.get("brace", {}).get("peak_extra_mib")

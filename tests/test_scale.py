@@ -322,7 +322,7 @@ def test_a_pinned_call_hashes_the_bank_twice(monkeypatch):
 
     X = np.random.default_rng(14).normal(size=(3000, 8))
     mem = LSRMemory(X, radius=2.0, index="brute")
-    mem._state()
+    mem.retrieve(X[:1], 1)  # validated and checked once (the first scope skips its entry hash)
     hashed = []
     orig = fp.BankHasher.update
     monkeypatch.setattr(fp.BankHasher, "update",
@@ -482,3 +482,82 @@ def test_uq_on_dask_and_mmap_banks_matches_in_memory(dask_client, tmp_path, monk
                                uq.sampling_covariance(ref, q, 2, **kw).cov, rtol=1e-9)
     with pytest.raises(ValueError, match="estimator='bootstrap' is not supported on a Dask"):
         uq.sampling_covariance(banks["dask"], q, 2, **kw)
+
+
+def test_a_first_call_hashes_the_bank_at_validation_and_exit(monkeypatch):
+    """A fresh memory's first call does not re-hash the bank it has just validated (the
+    validation's digest is the entry check); the exit check still reads it."""
+    import brace._fingerprint as fp
+
+    X = np.random.default_rng(15).normal(size=(3000, 8))
+    hashed = []
+    orig = fp.BankHasher.update
+    monkeypatch.setattr(fp.BankHasher, "update",
+                        lambda self, rows: (hashed.append(rows.shape[0]), orig(self, rows)))
+    mem = LSRMemory(X, radius=2.0, index="brute")
+    mem.retrieve(X[:5], 3)
+    assert sum(hashed) == 2 * X.shape[0]
+    hashed.clear()
+    mem.retrieve(X[:5], 3)  # validated before: entry and exit
+    assert sum(hashed) == 2 * X.shape[0]
+
+
+def test_sparse_and_dense_sums_agree_and_counts_match_direct():
+    """Gate sums from the CSR path (sparse gates) and the dense mask GEMM (dense gates)
+    both equal float64 sums of the direct-formula members."""
+    from brace import memory as mm
+
+    rng = np.random.default_rng(16)
+    X = rng.normal(size=(5000, 16)).astype(np.float32)
+    Y = rng.normal(size=(40, 16))
+    for r in (3.5, 6.0):  # sparse (≈1 % of the bank) and dense (≈70 %) gates
+        gp = LSRMemory(X, radius=r, index="brute").gate_pass(Y)
+        d2 = mm.direct_sqdist(X[None, :, :], Y[:, None, :])
+        mk = d2 <= r * r
+        assert np.array_equal(gp.counts, mk.sum(1))
+        np.testing.assert_allclose(gp.sums, mk.astype(np.float64) @ X.astype(np.float64),
+                                   rtol=1e-12, atol=1e-9)
+
+
+@pytest.mark.parametrize("index", ["brute", "kdtree"])
+def test_duplicate_centres_are_passed_once_with_identical_counts(index, monkeypatch):
+    """Bit-identical centres share one pass: counts equal the pass without sharing, and
+    each copy gets exactly the statistics of its distinct centre."""
+    from brace import memory as mm
+
+    rng = np.random.default_rng(17)
+    X = rng.normal(size=(6000, 3))
+    U = rng.normal(size=(7, 3))
+    pick = rng.integers(0, 7, size=40)
+    Y = U[pick]
+    mem = LSRMemory(X, radius=0.8, index=index)
+    gp = mem.gate_pass(Y)
+    gu = mem.gate_pass(U)
+    assert np.array_equal(gp.counts, gu.counts[pick])
+    assert np.array_equal(gp.sums, gu.sums[pick])
+    monkeypatch.setattr(mm, "_DEDUPE", False)
+    g0 = mem.gate_pass(Y)
+    assert np.array_equal(gp.counts, g0.counts)
+    np.testing.assert_allclose(gp.sums, g0.sums, rtol=1e-12, atol=1e-12)
+    first, inv = mm._distinct_rows(np.array([[0.0, 1.0], [-0.0, 1.0], [0.0, 1.0]]))
+    assert first.tolist() == [0, 1] and inv.tolist() == [0, 1, 0]  # -0.0 is kept apart
+
+
+@pytest.mark.parametrize("scale", [1e-120, 1.0, 1e120])
+def test_kdtree_members_match_brute_on_the_sphere_at_any_scale(scale):
+    """Rows on the sphere and one ulp either side: the tree's shortcut (its own distance
+    decides rows well inside) and the direct recomputation agree with brute force, also
+    where the shortcut is off (radius outside [1e-100, 1e100])."""
+    rng = np.random.default_rng(18)
+    c = rng.normal(size=(5, 2))
+    ang = rng.uniform(0, 2 * np.pi, size=(5, 300))
+    ring = np.stack([np.cos(ang), np.sin(ang)], -1)
+    pts = c[:, None, :] + ring * np.array([1.0, np.nextafter(1.0, 0), np.nextafter(1.0, 2)]
+                                          ).repeat(100)[None, :, None]
+    X = np.concatenate([pts.reshape(-1, 2), rng.normal(size=(4000, 2))]) * scale
+    C = c * scale
+    a = LSRMemory(X, radius=scale, index="kdtree").gate_pass(C)
+    b = LSRMemory(X, radius=scale, index="brute").gate_pass(C)
+    assert np.array_equal(a.counts, b.counts)
+    assert 0 < a.counts.min() and a.counts.max() < X.shape[0]
+    np.testing.assert_allclose(a.sums, b.sums, rtol=1e-12, atol=1e-12 * scale)

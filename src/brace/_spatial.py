@@ -4,8 +4,9 @@
 ``sparse_distance_matrix``) with the inflated radius ``r(1 + 1e-9) + s``
 (``s = 1e-150``) is only a candidate filter: any row with ``direct_sqdist(X_i, c) ≤ fl(r²)``
 has exact distance ``≤ r(1 + (d + 3)u)``, far inside the inflated radius whatever the
-tree's own rounding (relative ``O(d u)``, ``d ≤ 8``). Membership is then decided by the
-canonical direct formula on the candidates, so counts, memberships, pair counts and near
+tree's own rounding (relative ``O(d u)``, ``d ≤ 8``). Candidates whose tree distance is
+at most ``r(1 − 1e-9)`` are members by the canonical formula too (see :func:`_members`);
+the rest are decided by the direct formula itself, so counts, memberships, pair counts and near
 distances equal the brute-force pass exactly; sums are float64 sums over the members in
 row order (any order is covered by ``mean_rounding_bound``).
 """
@@ -20,6 +21,8 @@ from .memory import GatePass, direct_sqdist
 
 _INFLATE = 1.0 + 1e-9
 _SLACK = 1e-150
+_SURE = 1.0 - 1e-9  # tree distances at or below r·_SURE are members without recomputation
+_SURE_MIN, _SURE_MAX = 1e-100, 1e100
 
 
 DENSE_GATE_COEF = 0.08  # index="auto" falls back to brute force above density 0.08/d
@@ -70,6 +73,41 @@ def _candidates(tree: Any, X: np.ndarray, centres: np.ndarray, radius: float, r2
     return owner, idx, d2
 
 
+def _members(tree: Any, X: np.ndarray, centres: np.ndarray, radius: float, r2: float,
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """``(owner, row)`` of every gate member, sorted by centre then row.
+
+    The tree's own distance ``v`` (``√Σ(x_j − c_j)²`` in float64, relative error
+    ``≤ (d + 2)u``) decides the rows with ``v ≤ r(1 − 1e-9)``: their exact distance is
+    below ``r(1 − 1e-9 + 4(d+2)u)``, so ``direct_sqdist ≤ r²(1 − 1.9e-9) < fl(r²)`` for
+    ``1e-100 ≤ r ≤ 1e100`` (no underflow or overflow can move them). The few others
+    within the inflated radius are decided by :func:`direct_sqdist` itself, so membership
+    is exactly the canonical one (docs/scale.md, "Spatial index").
+    """
+    from scipy.spatial import cKDTree
+
+    n = X.shape[0]
+    res = cKDTree(centres).sparse_distance_matrix(tree, radius * _INFLATE + _SLACK,
+                                                  output_type="ndarray")
+    i, j = res["i"], res["j"]
+    if _SURE_MIN <= radius <= _SURE_MAX:
+        unc = np.flatnonzero(~(res["v"] <= radius * _SURE))
+    else:
+        unc = np.arange(i.size)
+    if unc.size:
+        iu, ju = i[unc].astype(np.int64), j[unc].astype(np.int64)
+        out = unc[~(direct_sqdist(np.take(X, ju, axis=0), centres[iu]) <= r2)]
+        if out.size:
+            keep = np.ones(i.size, dtype=bool)
+            keep[out] = False
+            i, j = i[keep], j[keep]
+    wide = np.int64 if centres.shape[0] * n >= 2**31 else np.int32
+    key = i.astype(wide) * wide(n) + j.astype(wide)
+    key.sort()
+    owner, idx = np.divmod(key, wide(n))
+    return owner.astype(np.int64), idx.astype(np.int64)
+
+
 def kdtree_gate_pass(
     st: Any,
     centres: np.ndarray,
@@ -90,14 +128,12 @@ def kdtree_gate_pass(
     m, d = centres.shape
     r2 = radius * radius
     tree = _tree(st)
-    owner, idx, d2 = _candidates(tree, X, centres, radius, r2)
-    keep = d2 <= r2
-    owner, idx = owner[keep], idx[keep]
+    owner, idx = _members(tree, X, centres, radius, r2)
     counts = np.bincount(owner, minlength=m).astype(np.int64)
     sums = np.zeros((m, d))
     if idx.size:
         starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
-        rows = np.asarray(X[idx], dtype=np.float64)
+        rows = np.take(X, idx, axis=0).astype(np.float64, copy=False)
         sums[owner[starts]] = np.add.reduceat(rows, starts, axis=0)
     pair_counts = None
     if pairs is not None:

@@ -67,8 +67,9 @@ _BIG32 = 1e30  # squared norms at or above this get an infinite band (always rec
 _BIG64 = 1e300  # float32 / float64 tiles
 _BLOCK_ELEMS = 1 << 21  # entries of one (centres × bank-block) distance tile
 _ROW_BLOCK = 2048  # bank rows per tile: fixed, so per-centre sums never depend on batching
-_SPARSE_DENSITY = 0.002  # gate density below which gate rows are gathered, not multiplied
+_SPARSE_DENSITY = 0.05  # gate density below which gate sums are a CSR product, not a GEMM
 BANK_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_DEDUPE = True  # LSRMemory.gate_pass passes bit-identical centres once (benchmarks turn it off)
 
 
 def _block_size(n_centres: int, n: int) -> int:
@@ -140,8 +141,8 @@ class GatePass:
     Attributes
     ----------
     counts : (m,) int64 — ``|I(D, c)|`` per centre (membership by :func:`direct_sqdist`).
-    sums : (m, d) float64 — ``Σ_{i ∈ I(D, c)} X_i``, accumulated in float64 (gathered
-        rows or mask products over fixed row blocks; with ``group_size`` the centres of
+    sums : (m, d) float64 — ``Σ_{i ∈ I(D, c)} X_i``, accumulated in float64 (CSR
+        or dense mask products over fixed row blocks; with ``group_size`` the centres of
         each group are processed on their own, so a group's sums are bit-identical to a
         pass over that group alone).
     pair_counts : (p,) int64 or None — ``|I(D, c_a) ∩ I(D, c_b)|`` for requested pairs.
@@ -172,6 +173,30 @@ def _nz2(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.divmod(flat, mask.shape[1])
 
 
+def _distinct_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(first, inv)``: indices of the first occurrence of each distinct row of ``a``
+    (byte-wise, in order of appearance) and, for every row, its position in ``first``."""
+    v = np.ascontiguousarray(a).view(np.dtype((np.void, a.dtype.itemsize * a.shape[1])))
+    _, first, inv = np.unique(v.ravel(), return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return first[order], rank[inv.ravel()]
+
+
+def _csr_sum(mk: np.ndarray, cnt: np.ndarray, tot: int, X64: np.ndarray) -> np.ndarray:
+    """``mk @ X64`` for a sparse 0/1 mask as a CSR product: each centre's gate rows are
+    added in float64 in row order (1·x is exact), several times faster than the dense
+    float64 GEMM below density ``_SPARSE_DENSITY`` (docs/scale.md)."""
+    from scipy.sparse import csr_array
+
+    ptr = np.zeros(mk.shape[0] + 1, dtype=np.int64)
+    np.cumsum(cnt, out=ptr[1:])
+    idx = np.flatnonzero(mk) % mk.shape[1]
+    A = csr_array((np.ones(tot), idx, ptr), shape=mk.shape)
+    return A @ X64
+
+
 def _row_sqnorm(Xb: np.ndarray) -> np.ndarray:
     X64 = np.asarray(Xb, dtype=np.float64)
     return np.einsum("ij,ij->i", X64, X64)
@@ -199,9 +224,9 @@ def gate_pass(
     ``a·(‖c‖² + ‖X_i‖²) + b`` (:func:`band_coefficients`); every other row is recomputed
     directly in float64. Whether a row is recomputed depends only on that row and the
     centre (a tile-wide band is used as a cheap prefilter, then each candidate's own band
-    decides). Gate sums are accumulated in float64: gate rows are gathered when the gate
-    is sparse (density ≤ ``_SPARSE_DENSITY``), else a 0/1 mask multiplies the float64
-    tile. ``bank_sqnorm`` (float64 ``‖X_i‖²``) may be ``None``: norms are then computed
+    decides). Gate sums are accumulated in float64: a CSR product of the 0/1 mask when the
+    gate is sparse (density ≤ ``_SPARSE_DENSITY``), else the dense mask multiplies the
+    float64 rows. ``bank_sqnorm`` (float64 ``‖X_i‖²``) may be ``None``: norms are then computed
     per block (memory-mapped and Dask banks).
     ``pairs = (a, b)`` also returns ``|I(c_a) ∩ I(c_b)|``. ``near_centres`` (indices into
     ``centres``) with ``near_radius`` also returns, for those centres, every distance
@@ -297,17 +322,13 @@ def _gate_pass(bank, bank_sqnorm, centres, radius, pairs, near_centres, near_rad
             cnt = np.count_nonzero(mk, axis=1)
             counts[c0:c1_] += cnt
             tot = int(cnt.sum())
-            if tot == 0:
-                pass
-            elif tot <= _SPARSE_DENSITY * mk.size:
-                gi, gx = _nz2(mk)  # sorted by centre, then by row
-                starts = np.flatnonzero(np.r_[True, gi[1:] != gi[:-1]])
-                rows = np.asarray(Xb[gx], dtype=np.float64)
-                sums[c0 + gi[starts]] += np.add.reduceat(rows, starts, axis=0)
-            else:
+            if tot:
                 if X64 is None:
                     X64 = np.asarray(Xb, dtype=np.float64)
-                sums[c0:c1_] += mk.astype(np.float64) @ X64
+                if tot <= _SPARSE_DENSITY * mk.size:
+                    sums[c0:c1_] += _csr_sum(mk, cnt, tot, X64)
+                else:
+                    sums[c0:c1_] += mk.astype(np.float64) @ X64
             if near_centres is not None:
                 loc = np.flatnonzero(near_pos[c0:c1_] >= 0)
                 if loc.size == 0:
@@ -436,7 +457,7 @@ def _validate_numpy(bank: Any) -> _BankState:
     if bad:
         raise ValueError(f"bank contains {bad} non-finite value(s) (NaN or inf); every value "
                          "must be finite (drop or impute those rows).")
-    return _BankState(bank, X, sq, kind, h.hexdigest(), release, {})
+    return _BankState(bank, X, sq, kind, h.hexdigest(), release, {"unchecked": True})
 
 
 def _validate(bank: Any) -> _BankState:
@@ -499,7 +520,9 @@ class _MemoryBase:
                 pins[tid] = (st, depth)
             return
         st = self._state()
-        if st.kind != "dask":
+        # the first scope after validation skips the entry hash: validation just computed
+        # the digest, and the exit check compares against it
+        if st.kind != "dask" and not st.extra.pop("unchecked", False):
             self._verify(st)
         pins[tid] = (st, 1)
         try:
@@ -719,8 +742,16 @@ class LSRMemory(_MemoryBase):
         """One bank pass for validated ``(m, d)`` float64 centres (see :func:`gate_pass`).
 
         The backend follows the bank and ``index``; every backend gives the same counts,
-        memberships, pair counts and near-boundary rows (docs/scale.md).
+        memberships, pair counts and near-boundary rows (docs/scale.md). Without ``kw``,
+        bit-identical centres (converged states) are passed once and their statistics
+        shared (:func:`_distinct_rows`); membership is a function of the row and the
+        centre, so counts are unchanged.
         """
+        if not kw and _DEDUPE and centres.shape[0] > 1:
+            first, inv = _distinct_rows(centres)
+            if first.size < centres.shape[0]:
+                gp = self.gate_pass(centres[first])
+                return GatePass(gp.counts[inv], gp.sums[inv])
         st = self._state()
         r = self.radius_
         index = self._index(st)
