@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import warnings
@@ -285,5 +286,26 @@ def test_count_release_round_trip_keeps_its_noisy_counts(mem, tmp_path, suffix):
     back = load_result(save_result(res, tmp_path / f"c{suffix}"))
     np.testing.assert_array_equal(back.released_counts, res.released_counts)
     assert back.privacy.release == "count" and back.privacy.eps_count == res.privacy.eps_count
-    with pytest.raises(ValueError, match="count release"):
-        brace.results.with_diagnostics(mem[0], back)
+
+
+@pytest.mark.parametrize("release", ["count", None])
+def test_count_release_diagnostics_recomputed(mem, tmp_path, release):
+    """Explicit and default (auto-chosen) count releases: the loaded release's diagnostics
+    are recomputed along its states and noisy counts."""
+    res = run(mem, "brace", release=release, kappa=math.inf, epsilon=8.0)
+    assert res.params["release"] == "count"
+    back = brace.results.with_diagnostics(mem[0],
+                                          load_result(save_result(res, tmp_path / "c.npz")))
+    for k in ("noise_std", "gate_released", "smooth_sensitivity"):
+        np.testing.assert_allclose(getattr(back, k), getattr(res, k), rtol=1e-12)
+    gone = dataclasses.replace(back, released_counts=None)
+    with pytest.raises(ValueError, match="released_counts"):
+        brace.results.with_diagnostics(mem[0], gone)
+
+
+def test_smooth_release_with_infinite_kappa_diagnostics_recomputed(mem, tmp_path):
+    res = run(mem, "brace", release="smooth", kappa=math.inf)
+    back = load_result(save_result(res, tmp_path / "k.json"))
+    assert back.params["kappa"] is None or math.isinf(back.params["kappa"])
+    again = brace.results.with_diagnostics(mem[0], back)
+    np.testing.assert_allclose(again.noise_std, res.noise_std, rtol=1e-12)

@@ -21,6 +21,7 @@ arrays in NPZ). JSON is strict: no NaN or ∞ (null plus a ``<key>_null_reason``
 from __future__ import annotations
 
 import json
+import math
 import os
 import warnings
 from dataclasses import dataclass, field, replace
@@ -275,6 +276,12 @@ def load_result(path: str | os.PathLike) -> PrivateRetrievalResult | NoiselessRe
     )
 
 
+def _kappa(params: dict) -> float:
+    """The recorded κ (null in a file means κ = ∞)."""
+    k = params.get("kappa", 128.0)
+    return math.inf if k is None else float(k)
+
+
 def with_diagnostics(memory: LSRMemory, result: PrivateRetrievalResult) -> PrivateRetrievalResult:
     """``result`` with its diagnostics recomputed on ``memory`` along the released states
     (for a loaded release saved without them, e.g. one returned by PrivateMemory).
@@ -306,13 +313,28 @@ def with_diagnostics(memory: LSRMemory, result: PrivateRetrievalResult) -> Priva
                        activated=np.zeros((Q, 1), dtype=bool), gate_clean=zeros,
                        gate_released=zeros.copy(), left=zeros.copy(), entered=zeros.copy(),
                        correction_norm=np.zeros((Q, 1)), smooth_sensitivity=None)
-    if getattr(p, "release", "smooth") == "count":
-        raise ValueError("the diagnostics of a count release cannot be recomputed from the "
-                         "release; save it with include_diagnostics=True (--diagnostics).")
     hist = np.concatenate([q[:, None], result.outputs], axis=1)
+    if getattr(p, "release", "smooth") == "count":
+        # the same plan (a public function of the release's parameters), along the released
+        # states and noisy counts
+        if result.released_counts is None:
+            raise ValueError("this count release lacks its released_counts; load it from a "
+                             "file written by brace.save_result.")
+        auto = str(prm.get("release_rule", "")).startswith("auto")
+        plan = plan_release(memory, method=result.method, epsilon=p.epsilon, delta=p.delta,
+                            steps=T, kappa=_kappa(prm),
+                            release="auto" if auto else "count", output_projection=proj,
+                            accounting=p.accounting, queries=q.shape[0])
+        if plan.release != "count" or plan.noise_multiplier != mult:
+            raise ValueError("cannot reproduce the count release's plan from its record "
+                             "(a different brace version?); save it with "
+                             "include_diagnostics=True.")
+        diag = _iterative(memory, q, plan, None, history=hist,
+                          counts=np.asarray(result.released_counts, dtype=np.int64))
+        return replace(result, **{k: diag[k] for k in DIAGNOSTIC_FIELDS})
     # the release's plan along its own history, with the release's noise multiplier
     plan = replace(plan_release(memory, method=result.method, epsilon=None, delta=None,
-                                steps=T, kappa=float(prm.get("kappa", 128.0)),
+                                steps=T, kappa=_kappa(prm),
                                 gamma=p.gamma, output_projection=proj, queries=q.shape[0]),
                    noise_multiplier=mult, spent=p)
     diag = _iterative(memory, q, plan, None, history=hist)

@@ -140,6 +140,8 @@ def run_synthetic(cfg: SyntheticConfig = SyntheticConfig(), out_dir: str | Path 
             row["activation_rate"] = float(res.activated.mean())
             row["mean_smooth_sensitivity_per_step"] = res.smooth_sensitivity.mean(0).tolist()
             row["gamma"] = res.privacy.gamma
+            row["release"] = res.params["release"]
+            row["release_rule"] = res.params["release_rule"]
         row["noise_std_per_step"] = res.noise_std.mean(0).tolist()
         summary.append(row)
 
