@@ -995,7 +995,8 @@ class PrivacySpent:
             f"T = {self.steps} step(s), d = {self.dim}",
             f"  accounting        : {rule}",
             f"  smoothness gamma  : {self.gamma:.6g}"
-            + ("  (fixed sensitivity)" if self.gamma == 0.0 else ""),
+            + ("  (count release: public proposed sensitivity)" if self.release == "count"
+               else "  (fixed sensitivity)" if self.gamma == 0.0 else ""),
             f"  rho per step      : {self.rho_per_step:.8g}  "
             f"(total {self.rho_per_step * self.steps:.6g})",
             f"  noise multiplier  : {self.noise_multiplier:.8g}  (noise std / sensitivity)",

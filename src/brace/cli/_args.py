@@ -114,6 +114,7 @@ def add_mechanism_arguments(
     p: argparse.ArgumentParser, *, methods: Sequence[str], default: str | None,
     epsilon_required: bool = False, output_projection: bool = True,
     unset_defaults: bool = False, when: str = "",
+    release_modes: Sequence[str] = ("auto", "smooth", "count"),
 ) -> None:
     """``--method`` and the private-retrieval parameters of :func:`private_retrieve`.
 
@@ -141,6 +142,12 @@ def add_mechanism_arguments(
                    help="BRACE smoothness γ > 0 (default 'auto': data-independent rule)")
     p.add_argument("--accounting", choices=list(ACCOUNTING_RULES), default=dflt("rdp"),
                    help="privacy accounting (default rdp)")
+    dflt_mode = "auto" if "auto" in release_modes else release_modes[0]
+    p.add_argument("--release-mode", choices=list(release_modes), default=None,
+                   help=f"BRACE release: {', '.join(release_modes)} (default {dflt_mode}"
+                   + ("; auto: the smooth or the count release, chosen from public values, "
+                      "never above 1.05x global noise" if "auto" in release_modes else "")
+                   + ")")
     if output_projection:
         p.add_argument("--no-output-projection", action="store_true",
                        help="do not project each release onto B̄(q, (t+1)r)")

@@ -21,7 +21,8 @@ __all__ = ["add_parser"]
 
 # Mechanism flags of a single audit; --report uses built-in banks and mechanisms.
 _SINGLE_ONLY = ("bank", "query", "method", "epsilon", "steps", "beta", "radius", "kappa",
-                "gamma", "accounting", "noise_scale_factor", "pilot_runs", "replace_row",
+                "gamma", "accounting", "release_mode", "noise_scale_factor", "pilot_runs",
+                "replace_row",
                 "replace_value")
 
 
@@ -41,7 +42,8 @@ def add_parser(sub) -> None:
                    help="run the audit report (built-in banks); --out is a directory")
     add_memory_arguments(p, required=False, queries="query", when="unless --report")
     add_mechanism_arguments(p, methods=METHODS, default=None, output_projection=False,
-                            unset_defaults=True, when="unless --report")
+                            unset_defaults=True, when="unless --report",
+                            release_modes=("smooth", "count"))
     p.add_argument("--noise-scale-factor", type=finite_float, default=None,
                    help="multiply the noise std (e.g. 0.5: a deliberately broken mechanism; "
                    "default 1)")
@@ -119,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
         method=args.method, epsilon=args.epsilon, delta=delta, steps=args.steps,
         radius=radius, kappa=DEFAULT_KAPPA if args.kappa is None else args.kappa,
         gamma=args.gamma, accounting=args.accounting or AuditConfig.accounting,
+        release=args.release_mode or AuditConfig.release,
         noise_scale_factor=1.0 if args.noise_scale_factor is None else args.noise_scale_factor,
         n_runs=args.runs if args.runs is not None else AuditConfig.n_runs,
         n_pilot=args.pilot_runs, n_screen=args.screen_runs, alpha=args.alpha, seed=args.seed,

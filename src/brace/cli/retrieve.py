@@ -126,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
             res = noiseless_retrieve(mem, queries, steps=args.steps)
         else:
             kw = dict(kappa=args.kappa, gamma=args.gamma, accounting=args.accounting,
+                      release=args.release_mode,
                       output_projection=not args.no_output_projection)
             n_queries = 1 if np.ndim(queries) == 1 else len(queries)
             progress, close = _progress_bar(args.steps, n_queries)

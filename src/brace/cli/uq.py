@@ -106,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
             res = private_retrieve(
                 mem, queries, method=args.method, epsilon=args.epsilon, delta=args.delta,
                 steps=args.steps, kappa=args.kappa, gamma=args.gamma,
+                release=args.release_mode,
                 accounting=args.accounting, output_projection=not args.no_output_projection,
                 seed=rng,
             )
