@@ -47,7 +47,13 @@ def _radius(X: np.ndarray, q: np.ndarray, frac: float) -> float:
     k = max(1, math.ceil(frac * X.shape[0]))
     from brace.memory import direct_sqdist
 
-    kth = [np.partition(direct_sqdist(X, y), k - 1)[k - 1] for y in q[:64]]
+    step = 1 << 15  # row blocks: no n × d temporary
+
+    def sq(y: np.ndarray) -> np.ndarray:
+        return np.concatenate([direct_sqdist(X[b0 : b0 + step], y)
+                               for b0 in range(0, X.shape[0], step)])
+
+    kth = [np.partition(sq(y), k - 1)[k - 1] for y in q[:64]]
     return float(np.sqrt(np.median(kth)))
 
 
