@@ -180,11 +180,17 @@ def test_llr_matches_closed_form_global_one_step(bank1):
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
 
 
-def test_llr_change_of_measure_identity(bank2):
-    """E_D[e^S] = 1 and E_{D'}[e^{-S}] = 1 for the exact likelihood ratio (BRACE, κ = 0,
-    T = 3, a pair that changes both the mean and the noise scale)."""
+@pytest.mark.parametrize("kw", [
+    # BRACE, κ = 0, T = 3: a pair that changes both the mean and the noise scale
+    dict(method="brace", epsilon=4.0, steps=3, batch_size=5000),
+    # the count release: the noisy counts enter the likelihood ratio too
+    dict(method="brace", release="count", epsilon=8.0, steps=2),
+], ids=["smooth-kappa0", "count"])
+def test_llr_change_of_measure_identity(bank2, kw):
+    """E_D[e^S] = 1 and E_{D'}[e^{-S}] = 1 for the exact likelihood ratio, at a pair that
+    changes the gate count at q."""
     X, q = bank2
-    cfg = AuditConfig(method="brace", epsilon=4.0, steps=3, radius=0.5, batch_size=5000)
+    cfg = AuditConfig(radius=0.5, **kw)
     pairs = candidate_pairs(X, q, cfg, rng=0)
     pair = next(p for p in pairs if p.kind == "boundary-in" and p.centre == "q")
     Xp = _replaced(X, pair)

@@ -86,7 +86,9 @@ def test_proposal_delta_default_is_half():
 
 
 @pytest.mark.parametrize("kw, msg", [
-    ({"max_global_ratio": 0.99}, "max_global_ratio must be >= 1"),
+    ({"max_global_ratio": 0.99}, "max_global_ratio must be > 1"),
+    ({"max_global_ratio": 1.0}, "max_global_ratio must be > 1"),
+    ({"max_global_ratio": 1.0 + 1e-9}, "no release mode stays within"),
     ({"max_global_ratio": -1.0}, "max_global_ratio"),
     ({"n": 0}, "n"),
 ])

@@ -26,6 +26,7 @@ from .sensitivity import (
     combine,
     fixed_centre_units,
     n_terms,
+    proposed_units,
     smooth_max,
     sorted_segments,
 )
@@ -188,11 +189,8 @@ def _iterative(
             # count release (docs/privacy-accounting.md §9): public b from the noisy count
             noisy = counts[:, t - 1] if counts is not None else m_t + count_noise[:, t - 1]
             released_counts[:, t - 1] = noisy
-            m_prop = np.maximum(noisy - plan.count_margin, 1)
-            b = np.minimum(fixed_centre_units(m_prop, 0, num, sig_y)[:, 0],
-                           cap_units(num, sig_y))
             pre = a_t
-            sens = num.value(b)
+            sens = num.value(proposed_units(num, noisy, plan.count_margin, sig_y))
             smooth[:, t - 1] = sens
         elif brace:
             if never_activates:

@@ -1111,8 +1111,9 @@ def choose_release(
     eps, dl, t, d, _ = _check_common(epsilon, delta, steps, dim, 0.0)
     nn = check_int_at_least("n", n, 1)
     lim = check_positive("max_global_ratio", max_global_ratio)
-    if not lim >= 1.0:
-        raise ValueError(f"max_global_ratio must be >= 1; got {lim}.")
+    if not lim > 1.0:
+        raise ValueError(f"max_global_ratio must be > 1 (1 is the global mechanism itself); "
+                         f"got {lim}.")
     if not isinstance(allow_count, bool):
         raise TypeError(f"allow_count must be True or False; got {allow_count!r}.")
     return _choose_release(eps, dl, t, d, nn, lim, allow_count)
@@ -1124,7 +1125,7 @@ AUTO_PROPOSAL_DELTA = 0.1  # share of δ given to the count proposals' failures 
 @functools.lru_cache(maxsize=512)
 def _choose_release(eps: float, dl: float, t: int, d: int, n: int, lim: float,
                     allow_count: bool = True) -> ReleaseChoice:
-    m0, ms = _gate_grid(eps, dl, n)
+    _, ms = _gate_grid(eps, dl, n)
     rho0 = _calibrate_rho(eps, dl, t, d, 0.0)
     strict = lim * (1.0 - 1e-6)  # room for the grid rounding of the bounds
     pred: dict = {}
@@ -1141,15 +1142,11 @@ def _choose_release(eps: float, dl: float, t: int, d: int, n: int, lim: float,
     rho_s = _calibrate_rho(eps + math.log1p(-f * dl), (1.0 - f) * dl, t, d, 0.0)
     share = min(COUNT_SHARE_MAX, 1.0 - rho0 / (strict * strict * rho_s))
     if allow_count and share > 0.0:
-        try:
-            sp = calibrate_count(eps, dl, t, dim=d, count_share=share, proposal_delta=f)
-        except ValueError:
-            sp = None
-        if sp is not None:
-            w = float(np.exp(np.mean(np.log(_count_ratio(ms, sp, rho0)))))
-            pred["count"] = w
-            cand.append((w, "count", None, share, math.sqrt(rho0 / sp.rho_per_step)))
-    if not cand:  # pragma: no cover - γ = 1e-4 always passes at lim ≥ 1.05
+        sp = calibrate_count(eps, dl, t, dim=d, count_share=share, proposal_delta=f)
+        w = float(np.exp(np.mean(np.log(_count_ratio(ms, sp, rho0)))))
+        pred["count"] = w
+        cand.append((w, "count", None, share, math.sqrt(rho0 / sp.rho_per_step)))
+    if not cand:  # a cap this close to 1 leaves no room for a positive γ or count share
         raise ValueError(f"no release mode stays within {lim:g}x global noise at "
                          f"epsilon={eps}, delta={dl}, T={t}, d={d}.")
     w, rel, gam, share, gr = min(cand, key=lambda c: c[0])
@@ -1157,12 +1154,13 @@ def _choose_release(eps: float, dl: float, t: int, d: int, n: int, lim: float,
 
 
 COUNT_SHARE = 0.09  # default share of the per-step zCDP budget spent on the noisy count
+COUNT_PROPOSAL_DELTA = 0.5  # default share of δ for the proposals' failures (δ_c = share·δ/T)
 COUNT_SHARE_MAX = 0.5  # the largest share the default release considers
 
 
 def calibrate_count(
     epsilon: float, delta: float, steps: int, *, dim: int, count_share: float = COUNT_SHARE,
-    proposal_delta: float = 0.5,
+    proposal_delta: float = COUNT_PROPOSAL_DELTA,
 ) -> PrivacySpent:
     """Calibrate the count release (``docs/privacy-accounting.md`` §9) to a target (ε, δ).
 

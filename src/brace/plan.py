@@ -54,7 +54,6 @@ RELEASE_MODES = ("smooth", "count", "auto")
 DEFAULT_KAPPA = 128.0  # BRACE activation κ of private_retrieve and of every CLI flag
 DEFAULT_RELEASE = "auto"  # BRACE release mode when none is given (one of RELEASE_MODES)
 FIXED = "fixed sensitivity"  # the release mode of the baselines
-COUNT_PROPOSAL_DELTA = 0.5  # release="count": the proposals' share of δ (δ_c = share·δ/T)
 
 
 @dataclass(frozen=True)
@@ -308,7 +307,7 @@ def plan_release(
     # 2. γ (the "gates" rule, when asked for and needed) and 3. the calibration
     if release == "count":
         if share is None:
-            share, f_delta = _acc.COUNT_SHARE, COUNT_PROPOSAL_DELTA
+            share, f_delta = _acc.COUNT_SHARE, _acc.COUNT_PROPOSAL_DELTA
         spent = _acc.calibrate_count(eps, dlt, T, dim=dim, count_share=share,
                                      proposal_delta=f_delta)
         gamma_rule = "none (count release)"

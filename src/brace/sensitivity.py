@@ -52,6 +52,7 @@ __all__ = [
     "prefix_sums",
     "activation_possible",
     "combine",
+    "proposed_units",
     "smooth_max",
     "smoothing_rate",
     "CleanTrajectoryBound",
@@ -309,6 +310,16 @@ def combine(
     cap = cap_units(num, sy)[:, None]
     th = num.up(threshold * (1.0 + num.norm_margin) + sy)[:, None]
     return np.where(U, np.minimum(cap, np.maximum(F, th + A_t)), F)
+
+
+def proposed_units(num: Numerics, noisy_counts: np.ndarray, margin: int,
+                   slack_y: np.ndarray) -> np.ndarray:
+    """The count release's public sensitivity ``b`` in grid units
+    (``docs/privacy-accounting.md`` §9): ``min(F(m_p, k = 0), cap)`` with the proposal
+    ``m_p = max(m̃ − M, 1)`` — a function of the released counts and the centre only."""
+    m_prop = np.maximum(np.asarray(noisy_counts, dtype=np.int64) - margin, 1)
+    return np.minimum(fixed_centre_units(m_prop, 0, num, slack_y)[:, 0],
+                      cap_units(num, slack_y))
 
 
 def cap_units(num: Numerics, slack_y: np.ndarray) -> np.ndarray:

@@ -13,7 +13,7 @@ from .. import accounting as _accounting
 from .._validation import check_bank
 from ..mechanisms import NotPrivateWarning, certificate, endpoint_sensitivity, private_retrieve
 from ..memory import LSRMemory
-from ..sensitivity import Numerics, cap_units, fixed_centre_units
+from ..sensitivity import Numerics, proposed_units
 from .config import AuditConfig, _single_query
 
 __all__ = ["log_likelihood_ratio"]
@@ -88,9 +88,7 @@ def _count_log_density(mem: LSRMemory, setup: _Setup, outputs: np.ndarray) -> np
         gp = mem.gate_pass(np.ascontiguousarray(y))
         a = gp.means(y)
         sig = num.slack(np.abs(y).max(axis=1))
-        m_prop = np.maximum(counts[:, t].astype(np.int64) - sp.count_margin, 1)
-        b = np.minimum(fixed_centre_units(m_prop, 0, num, sig)[:, 0], cap_units(num, sig))
-        s = num.value(b) * mult
+        s = num.value(proposed_units(num, counts[:, t], sp.count_margin, sig)) * mult
         diff = Y[:, t] - a
         out += (-sp.eps_count * np.abs(counts[:, t] - gp.counts)
                 - np.einsum("ij,ij->i", diff, diff) / (2.0 * s * s) - d * np.log(s))
