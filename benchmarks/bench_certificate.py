@@ -379,7 +379,9 @@ def step_floors(X, q, kmax, n_dirs=16, n_park=32):
         ok = ok_u[:, pu] & np.all(dj_early > R * (1 + 1e-9), axis=-1) & ok_j[pj]  # (E, M)
         inside = np.linalg.norm(Pm - zjm[None, :, t - 1], axis=-1) <= R  # (E, M)
         # z_t(B_k) and z_t(B_k'), closed forms in k
-        zB = (sD[0, t - 1] + k[:, None] * P[:, :, None, :]) / (mD[0, t - 1] + k[:, None])
+        den_b = (mD[0, t - 1] + k)[:, None]  # 0 only at k = 0 with an empty gate
+        zB = np.where(den_b > 0, (sD[0, t - 1] + k[:, None] * P[:, :, None, :])
+                      / np.maximum(den_b, 1), c)
         QB = _project_ball(zB, c, R)  # (E, U, K+1, d)
         kin = inside[..., None] * k  # (E, M, K+1)
         den = mj[pj, t - 1][None, :, None] + kin
@@ -511,8 +513,10 @@ def _synthetic_queries(X, count, seed=1):
 def _inside_share(s, rho):
     """``E[‖ξ‖² 1{s‖ξ‖ ≤ ρ}]/E‖ξ‖²`` for ``ξ ~ N(0, I_2)``: ``1 − (1 + c/2)e^{−c/2}``,
     ``c = (ρ/s)²`` (``‖ξ‖²`` is exponential with mean 2)."""
-    c = (rho / np.maximum(s, 1e-300)) ** 2
-    return -np.expm1(-c / 2) - (c / 2) * np.exp(-c / 2)
+    with np.errstate(over="ignore", divide="ignore"):
+        c = np.where(s > 0, (rho / np.where(s > 0, s, 1.0)) ** 2, np.inf)
+    h = c / 2
+    return np.where(np.isfinite(h), -np.expm1(-h) - h * np.exp(-np.minimum(h, 700.0)), 1.0)
 
 
 def _floor(L, gamma, delta_y=0.0):
@@ -558,6 +562,7 @@ def all_steps(n_queries, kmax, seed=0):
         per = np.where(ok, s**2 * _inside_share(s, np.array([d["room"] for d in draws])), 0.0)
         return float(per.mean()), per, s
 
+    assert all(np.all(np.isfinite(d["L"])) for d in draws), "a floor is not finite"
     bounds = {g: bound(g)[0] for g in mult}
     g_best = min(bounds, key=bounds.get)
     # every floor that a reported figure uses, recomputed with brace.certificate
