@@ -19,7 +19,8 @@ or the smooth one) and with ``release="smooth"`` (same family as the correcting 
 Banks (``r`` the radius; queries seeded):
 
 * ``sparse``: ``n`` rows of ``N(0, I_d)`` with a radius at which a gate holds a few
-  memories; queries = a random memory + ``N(0, (r/2)² I)``.
+  memories (n = 2000 at d = 2: a few tens); queries = a random memory +
+  ``N(0, (r/(2√d))² I)`` (an offset of norm about ``r/2``).
 * ``empty``: tight clusters (``m`` rows each, jitter ``0.01r``) on a square lattice of
   spacing ``4r`` in the first two coordinates; each query lies ``1.5r`` from a cluster
   centre, so its gate is empty and the noiseless trajectory stays at ``q``.
@@ -49,7 +50,7 @@ if __name__ == "__main__":
 
 import numpy as np  # noqa: E402
 
-from brace import LSRMemory, private_retrieve  # noqa: E402
+from brace import LSRMemory, certificate, private_retrieve  # noqa: E402
 from brace._io import write_json  # noqa: E402
 from brace._meta import versions  # noqa: E402
 
@@ -67,8 +68,9 @@ BASELINE = "k=inf auto"
 
 # name -> list of bank specs
 BANKS = {
-    "sparse": [dict(kind="sparse", d=2, n=200, r=0.3), dict(kind="sparse", d=2, n=2000, r=0.3),
-               dict(kind="sparse", d=8, n=200, r=1.2)],
+    "sparse": [dict(kind="sparse", d=2, n=200, r=0.3), dict(kind="sparse", d=2, n=500, r=0.3),
+               dict(kind="sparse", d=2, n=2000, r=0.3), dict(kind="sparse", d=8, n=200, r=2.0),
+               dict(kind="sparse", d=8, n=2000, r=2.0), dict(kind="sparse", d=32, n=2000, r=6.0)],
     "empty": [dict(kind="empty", d=2, m=50, r=1.0), dict(kind="empty", d=8, m=50, r=1.0)],
     "pair": [dict(kind="pair", d=2, m=200, r=1.0)],
 }
@@ -89,7 +91,8 @@ def make_cell(spec: dict, runs: int, seed: int) -> tuple[np.ndarray, float, np.n
     rng = np.random.default_rng(key)
     if spec["kind"] == "sparse":
         X = rng.standard_normal((spec["n"], d))
-        q = X[rng.integers(0, spec["n"], runs)] + 0.5 * r * rng.standard_normal((runs, d))
+        noise = 0.5 * r / math.sqrt(d) * rng.standard_normal((runs, d))  # norm ≈ r/2
+        q = X[rng.integers(0, spec["n"], runs)] + noise
         return X, r, q
     m = spec["m"]
     if spec["kind"] == "empty":
@@ -143,14 +146,21 @@ def run_cell(spec: dict, eps: float, T: int, runs: int, seed: int) -> dict:
         sd_s = diff_s.std(ddof=1) / math.sqrt(runs)
         row["z_vs_inf_smooth"] = float(diff_s.mean() / sd_s) if sd_s > 0 else 0.0
     m_q = mem.gate_pass(q).counts
+    g0 = rows["k=0"]["gamma"]
+    scale = {k: certificate(mem, q, clean[:, :T], steps=T, kappa=k, gamma=g0).noise_scale
+             for k in (0.0, math.inf)}
+    cert_ratio = [float(v) for v in np.median(scale[0.0] / scale[math.inf], axis=0)]
     return dict(bank=describe(spec), spec=spec, d=d, n=X.shape[0], radius=r, epsilon=eps,
                 steps=T, runs=runs, median_gate_at_q=float(np.median(m_q)),
-                empty_gate_at_q=float(np.mean(m_q == 0)), methods=rows)
+                empty_gate_at_q=float(np.mean(m_q == 0)), cert_ratio_k0=cert_ratio,
+                methods=rows)
 
 
 def print_cell(c: dict) -> None:
     head = (f"{c['bank']}, d={c['d']}, n={c['n']}, eps={c['epsilon']:g}, T={c['steps']} "
-            f"(median gate at q {c['median_gate_at_q']:g}, empty {c['empty_gate_at_q']:.2f})")
+            f"(median gate at q {c['median_gate_at_q']:g}, empty {c['empty_gate_at_q']:.2f}; "
+            f"Dbar k=0 / k=inf by step "
+            f"{' '.join(f'{v:.2g}' for v in c['cert_ratio_k0'])})")
     print(head)
     for label, m in c["methods"].items():
         print(f"  {label:<13} {m['release']:<6} {m['mean_error']:>10.4g} ± "
