@@ -87,6 +87,7 @@ def describe(spec: dict) -> str:
 def make_cell(spec: dict, runs: int, seed: int) -> tuple[np.ndarray, float, np.ndarray]:
     """``(bank, radius, queries)`` of one bank spec (seeded by ``seed`` and the spec)."""
     d, r = spec["d"], spec["r"]
+    # one seed per (seed, spec); len(kind) is a distinct integer per kind
     key = [seed, d, spec.get("n", 0), spec.get("m", 0), len(spec["kind"])]
     rng = np.random.default_rng(key)
     if spec["kind"] == "sparse":
