@@ -205,7 +205,8 @@ def _iterative(
                     A_t = clean_bound.advance(clean_counts=gp.counts[Q:])
                 else:
                     A_t = clean_bound.advance(
-                        segments=sorted_segments(gp.near_rows, gp.near_dist, Q))
+                        segments=sorted_segments(gp.near_rows, gp.near_dist, Q),
+                        step_length=np.linalg.norm(z[:, t] - z[:, t - 1], axis=1))
                 U = activation_possible(
                     F=F,
                     A_t=A_t,

@@ -106,7 +106,9 @@ class PrivateMemory:
         self.budget = budget
         self.ledger = ledger
         self._memory = LSRMemory(bank, radius=radius)
-        X, _ = self._memory._bank()
+        # the validated bank (validation hashes it once for the memory's own integrity
+        # check); the ledger's fingerprint, which includes the radius, is the one other pass
+        X = self._memory._state().X
         self._budget = _check_budget(budget)
         self._fingerprint = _ledger.bank_fingerprint(X, self._memory.radius_)
         self._records: list[dict[str, Any]] = []

@@ -61,6 +61,7 @@ __all__ = [
 TAU_REL = 1e-9  # count margin τ = TAU_REL · r
 K_CAP = 4096  # columns beyond this are bounded by the cap (valid and consistent; see docs)
 GRID_BITS = 30  # grid g = 2^(⌊log2 r⌋ − GRID_BITS) for the integer sums
+CENTRED_PASSES = 2  # refinements of the centred switch bound per step (each one valid)
 SLACK_MAX_REL = 1e-3  # inputs whose floating-point slack exceeds this · r are refused
 _U = float(np.finfo(np.float64).eps) / 2.0  # unit roundoff
 
@@ -208,6 +209,8 @@ def clean_step_bound(
     s: int,
     num: Numerics,
     slack: np.ndarray,
+    step_length: np.ndarray | None = None,
+    passes: int = CENTRED_PASSES,
 ) -> np.ndarray:
     """(b) One step ``s ≥ 2`` of the clean-trajectory recursion, in grid units.
 
@@ -227,9 +230,16 @@ def clean_step_bound(
     ``walk`` moves from one gate to the other one row at a time; ``switch`` charges each
     row that switches its distance to the centre of its own gate, through the exact
     identity ``|S'|(μ' − μ) = Σ_{E'}(u − p) − Σ_E(u − p) − (e' − e)(μ − p)``
-    (``docs/privacy.md`` §3), and never exceeds ``2(r + τ) + a``. Both are valid, so is
-    their minimum; each is monotone in ``(a, W, n_c)`` *as computed* (every argument
-    enters one monotone floating-point operation), which the consistency proof needs.
+    (``docs/privacy.md`` §3), and never exceeds ``2(r + τ) + a``. Given the computed
+    step length ``step_length = ‖z_s(D) − z_{s-1}(D)‖`` the *centred* switch bound
+    (``p = μ``) is added to the min, refined ``passes`` times::
+
+        ℓ       = min(λ̃(1 + μ_n) + σ + R_s(k) + R_{s-1}(k), r + τ)
+        centred = max((r + τ + ℓ)(W + 2)/n_c, (r + τ + ℓ + a)/(1 + n_c/(W + 2)))
+
+    with ``R_s`` the prefix sums of the previous pass. Every term is valid, so is the
+    min; each is monotone in ``(a, W, n_c, ℓ)`` *as computed* (every argument enters
+    one monotone floating-point operation), which the consistency proof needs.
 
     ``a + R ≥ σ > 0`` at every ``s ≥ 2`` (``A_1 ≥ σ``), so the ``k`` modified rows are
     always counted: the thin-shell case of the old rule cannot arise.
@@ -252,7 +262,27 @@ def clean_step_bound(
     walk = 2.0 * (r + tau + a) * (W + 1) / np.maximum(nc + 1, 1)
     switch = (2.0 * (r + tau) + a) / (1.0 + np.maximum(nc, 0) / (W + 2))
     A = np.where(nc >= 1, np.minimum(cap, np.minimum(walk, switch)), cap)
-    return num.up(A * (1.0 + 8.0 * _U) + sig)
+    units = num.up(A * (1.0 + 8.0 * _U) + sig)
+    if step_length is None:
+        return units
+    # The centred switch bound (docs/privacy.md §3): each switching row costs its
+    # distance to the exact mean μ of B's gate, ``≤ r⁺ + ℓ`` (``+ a`` for rows of B''s
+    # gate), with ``ℓ = λ̃(1 + μ_n) + σ + R_s(k) + R_{s−1}(k) ≥ ‖μ − z_{s−1}(B)‖`` (λ̃ the
+    # computed step length of D), capped at ``r + τ``. ``R_s`` is the prefix sum of the
+    # previous pass's bound, which is valid and consistent, so every pass is.
+    ok = nc >= 1
+    ncp = np.maximum(nc, 1)
+    lam = num.up(np.asarray(step_length, dtype=np.float64) * (1.0 + num.norm_margin)
+                 + sig[:, 0])[:, None]
+    R_prev = prefix_sums(A_prev)[:, :K1]
+    ell_cap = num.up(r + tau)
+    for _ in range(passes):
+        ell = num.value(np.minimum(lam + prefix_sums(units)[:, :K1] + R_prev, ell_cap))
+        near = ((r + tau) + ell) * (W + 2) / ncp
+        far = ((r + tau) + ell + a) / (1.0 + np.maximum(nc, 0) / (W + 2))
+        centred = num.up(np.maximum(near, far) * (1.0 + 8.0 * _U) + sig)
+        units = np.where(ok, np.minimum(units, centred), units)
+    return units
 
 
 def activation_possible(
@@ -372,7 +402,8 @@ class CleanTrajectoryBound:
         return self.num.slack(self.query_scale + 1.01 * (s - 1) * self.num.r)
 
     def advance(self, *, clean_counts: np.ndarray | None = None,
-                segments: list[np.ndarray] | None = None) -> np.ndarray:
+                segments: list[np.ndarray] | None = None,
+                step_length: np.ndarray | None = None) -> np.ndarray:
         """Process step ``s + 1``; returns ``A_{s+1}`` (grid units).
 
         Step 1 needs ``clean_counts = |I(D, q)|`` (the centre ``z_0 = q`` is public, so
@@ -384,5 +415,5 @@ class CleanTrajectoryBound:
         if self.s == 1:
             self.A = fixed_centre_units(np.asarray(clean_counts), self.K, self.num, sig)
         else:
-            self.A = clean_step_bound(self.A, segments, self.s, self.num, sig)
+            self.A = clean_step_bound(self.A, segments, self.s, self.num, sig, step_length)
         return self.A

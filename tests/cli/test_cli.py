@@ -149,6 +149,19 @@ def test_synthetic_experiment_quick(tmp_path, capsys):
     assert not list(out.glob(".*.tmp"))
 
 
+def test_synthetic_experiment_gamma_is_recorded_and_used(tmp_path, capsys):
+    out = tmp_path / "syn"
+    rc = main(["experiment", "synthetic", "--out", str(out), "--replications", "4",
+               "--candidates", "2", "--gamma", "0.5", "--no-progress"])
+    assert rc == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["config"]["gamma"] == 0.5
+    assert all(r["gamma"] == 0.5 for r in s["summary"] if r["method"] == "brace")
+    with pytest.raises(SystemExit):
+        main(["experiment", "synthetic", "--gamma", "nan"])
+    assert "NaN" in capsys.readouterr().err
+
+
 def test_synthetic_noiseless_deterministic_and_shared_noise(tmp_path):
     from brace.experiments.synthetic import SyntheticConfig, run_synthetic
 

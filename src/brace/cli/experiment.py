@@ -10,7 +10,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-from ._args import finite_float
+from ._args import finite_float, gamma_arg
 
 __all__ = ["add_parser", "EXPERIMENTS"]
 
@@ -50,6 +50,8 @@ def _add_synthetic(sub) -> None:
     p.add_argument("--delta", type=finite_float, default=d.delta, help="target δ")
     p.add_argument("--kappa", type=finite_float, default=d.kappa,
                    help=f"κ of the highlighted run (default {d.kappa:g})")
+    p.add_argument("--gamma", type=gamma_arg, default=d.gamma,
+                   help="BRACE smoothness γ > 0 (default 'auto': the data-independent rule)")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of the noise")
     p.add_argument("--data-seed", type=int, default=d.data_seed, help="seed of the bank")
     p.add_argument("--accounting", choices=["rdp", "paper"], default=d.accounting,
@@ -72,8 +74,8 @@ def run_synthetic(args: argparse.Namespace) -> int:
 
     cfg = dataclasses.replace(
         SyntheticConfig(), replications=args.replications, candidates=args.candidates,
-        epsilon=args.epsilon, delta=args.delta, kappa=args.kappa, seed=args.seed,
-        data_seed=args.data_seed, accounting=args.accounting,
+        epsilon=args.epsilon, delta=args.delta, kappa=args.kappa, gamma=args.gamma,
+        seed=args.seed, data_seed=args.data_seed, accounting=args.accounting,
     )
     run_synthetic(cfg, args.out, progress=not args.no_progress)
     return 0
