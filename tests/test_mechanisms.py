@@ -414,3 +414,34 @@ def test_gamma_gates_rule_end_to_end():
     with pytest.raises(ValueError, match="'gates'"):
         private_retrieve(LSRMemory(X, radius=r), q, method="brace", epsilon=4.0, delta=1e-5,
                          steps=2, gamma="auto")
+
+
+def test_converged_clean_states_are_passed_once(monkeypatch):
+    """Queries whose clean trajectories coincide (the same query repeated, and queries
+    that converge to one mode) share one clean pass: the same counts and certificate as
+    with every clean state passed separately (``certificate`` along a fixed history,
+    κ = 0, where the clean-trajectory bound decides Δ̄)."""
+    from brace import certificate
+    from brace import memory as mm
+
+    rng = np.random.default_rng(5)
+    X = np.concatenate([rng.normal(0, 0.2, (120, 2)), rng.normal(3, 0.2, (80, 2))])
+    q = np.concatenate([np.repeat(X[:1] + 0.05, 4, 0), X[1:6] + 0.02, X[150:153]])
+    mem = LSRMemory(X, radius=0.6)
+    T = 4
+    z = mem.retrieve(q, T)
+    assert len({tuple(v) for v in z[:, -1]}) < len(q)  # duplicates arose
+    hist = z[:, :T] + rng.normal(0, 0.05, z[:, :T].shape)
+    hist[:, 0] = q
+    kw = dict(steps=T, kappa=0.0, gamma=0.3)
+    shared = certificate(mem, q, hist, **kw)
+    alone = [certificate(mem, q[i : i + 1], hist[i : i + 1], **kw) for i in range(len(q))]
+    np.testing.assert_allclose(shared.noise_scale,
+                               np.concatenate([c.noise_scale for c in alone]), rtol=1e-9)
+    for t in range(T):
+        np.testing.assert_allclose(shared.G[t], np.concatenate([c.G[t] for c in alone]),
+                                   rtol=1e-9)
+    monkeypatch.setattr(mm, "_DEDUPE", False)
+    apart = certificate(mem, q, hist, **kw)
+    np.testing.assert_allclose(shared.noise_scale, apart.noise_scale, rtol=1e-9)
+    assert np.ptp(shared.noise_scale[:, 1:], axis=0).max() > 0  # the queries differ

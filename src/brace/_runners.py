@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from .memory import LSRMemory
+from . import memory as _memory
+from .memory import LSRMemory, _distinct_rows
 from .plan import ReleasePlan
 from .sensitivity import (
     CleanTrajectoryBound,
@@ -159,20 +160,27 @@ def _iterative(
     for t in range(1, T + 1):
         y_prev = Y[:, t - 1]
         if track_clean:
-            centres = np.concatenate([y_prev, z[:, t - 1]])
+            # Converged clean states repeat: pass each distinct one once. Membership and
+            # near distances are functions of the row and the centre, so every count and
+            # distance is unchanged; the shared sums only change summation order, which
+            # the rounding bound of docs/privacy.md §8 covers for any order.
+            zc = z[:, t - 1]
+            first, inv = _distinct_rows(zc) if _memory._DEDUPE else (idx, idx)
+            U = first.size
+            centres = np.concatenate([y_prev, zc[first]])
             gp = memory.gate_pass(
                 centres,
                 group_size=Q,  # the released-state group as in a pass of its own
-                pairs=(idx + Q, idx),
-                near_centres=idx + Q if clean_bound is not None and t > 1 else None,
+                pairs=(inv + Q, idx),
+                near_centres=np.arange(U) + Q if clean_bound is not None and t > 1 else None,
                 near_radius=2.0 * r + num.tau,
                 near_tolerance=num.near_tolerance,
             )
             means = gp.means(centres)
             a_t = means[:Q]
-            z[:, t] = means[Q:]
+            z[:, t] = means[Q:][inv]
             m_t = gp.counts[:Q]
-            gate_clean[:, t - 1] = gp.counts[Q:]
+            gate_clean[:, t - 1] = gp.counts[Q:][inv]
             inter[:, t - 1] = gp.pair_counts
             R_t = z[:, t] - a_t  # identity R_t = z_t - a_t (``docs/spec.md`` §3 step 2)
             rn = np.linalg.norm(R_t, axis=1)
@@ -202,10 +210,11 @@ def _iterative(
             F = fixed_centre_units(m_t, K, num, sig_y)
             if clean_bound is not None:
                 if t == 1:  # z_0 = q is public: A_1 is the fixed-centre bound at q
-                    A_t = clean_bound.advance(clean_counts=gp.counts[Q:])
+                    A_t = clean_bound.advance(clean_counts=gate_clean[:, 0])
                 else:
+                    segs = sorted_segments(gp.near_rows, gp.near_dist, U)
                     A_t = clean_bound.advance(
-                        segments=sorted_segments(gp.near_rows, gp.near_dist, Q),
+                        segments=[segs[j] for j in inv],
                         step_length=np.linalg.norm(z[:, t] - z[:, t - 1], axis=1))
                 U = activation_possible(
                     F=F,
