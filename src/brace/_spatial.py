@@ -57,20 +57,19 @@ def _tree(st: Any) -> Any:
     return tree
 
 
-def _candidates(tree: Any, X: np.ndarray, centres: np.ndarray, radius: float, r2: float,
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(owner, row, d²)`` of every row within the inflated radius (direct d², sorted
-    by centre then row, so a centre's order never depends on the other centres)."""
+def _candidates(tree: Any, X: np.ndarray, centres: np.ndarray, radius: float,
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """``(owner, d²)`` of every row within the inflated radius, ``d²`` by the direct
+    formula. In the tree's order: the near distances are sorted per centre afterwards
+    (``sensitivity.sorted_segments``), so their order never matters."""
     from scipy.spatial import cKDTree
 
-    n = X.shape[0]
-    ct = cKDTree(centres)
-    res = ct.sparse_distance_matrix(tree, radius * _INFLATE + _SLACK, output_type="ndarray")
-    key = res["i"].astype(np.int64) * n + res["j"].astype(np.int64)
-    key.sort()
-    owner, idx = np.divmod(key, n)
-    d2 = direct_sqdist(X[idx], centres[owner]) if idx.size else np.zeros(0)
-    return owner, idx, d2
+    res = cKDTree(centres).sparse_distance_matrix(tree, radius * _INFLATE + _SLACK,
+                                                  output_type="ndarray")
+    owner = res["i"].astype(np.int64)
+    idx = res["j"].astype(np.int64)
+    d2 = direct_sqdist(np.take(X, idx, axis=0), centres[owner]) if idx.size else np.zeros(0)
+    return owner, d2
 
 
 def _members(tree: Any, X: np.ndarray, centres: np.ndarray, radius: float, r2: float,
@@ -149,7 +148,7 @@ def kdtree_gate_pass(
     if near_centres is not None:
         near_centres = np.asarray(near_centres, dtype=np.int64)
         R = float(near_radius)
-        o2, _, d2n = _candidates(tree, X, centres[near_centres], R, R * R)
+        o2, d2n = _candidates(tree, X, centres[near_centres], R)
         dist = np.sqrt(d2n)
         ok = dist <= R
         nrow, ndist = o2[ok], dist[ok]
