@@ -334,7 +334,8 @@ def _gate_pass(bank, bank_sqnorm, centres, radius, pairs, near_centres, near_rad
                 if loc.size == 0:
                     continue
                 sel = loc + c0
-                sub = e[loc]
+                # the clean group fills whole chunks: a view, not a copy
+                sub = e[loc[0] : loc[-1] + 1] if loc[-1] - loc[0] + 1 == loc.size else e[loc]
                 lim = n_extra + tband[loc].astype(np.float64)
                 lim = lim + np.abs(lim) * 1e-6 + 1e-300
                 rows_, cols = _nz2(sub <= lim.astype(sub.dtype)[:, None])
