@@ -3,8 +3,9 @@
 Same bank and queries as ``bench_retrieve.py`` (seeded Gaussian mixture, radius so a
 typical gate holds ≈1 % of the bank). For each (n, d): time of noiseless
 ``LSRMemory.retrieve`` and of ``private_retrieve`` for every method, the best of
-``--repeats`` (default 3) timed calls after one warm-up call, and the ratio. BRACE is run at κ = 0 (full correction: the clean
-trajectory recursion runs) and κ = 128 (never activates for T = 5: no recursion).
+``--repeats`` (default 3) timed calls after one warm-up call, and the ratio. BRACE is
+run at κ = 0 (full correction: the clean trajectory recursion runs) and κ = 128 (never
+activates for T = 5: no recursion).
 
     python benchmarks/bench_private.py [--quick] [--threads 1] [--json PATH]
     python benchmarks/bench_private.py --n 100000 --d 64     # one cell of the grid

@@ -166,13 +166,14 @@ def _iterative(
             # the rounding bound of docs/privacy.md §8 covers for any order.
             zc = z[:, t - 1]
             first, inv = _distinct_rows(zc) if _memory._DEDUPE else (idx, idx)
-            U = first.size
+            n_distinct = first.size
             centres = np.concatenate([y_prev, zc[first]])
+            near = clean_bound is not None and t > 1
             gp = memory.gate_pass(
                 centres,
                 group_size=Q,  # the released-state group as in a pass of its own
                 pairs=(inv + Q, idx),
-                near_centres=np.arange(U) + Q if clean_bound is not None and t > 1 else None,
+                near_centres=np.arange(n_distinct) + Q if near else None,
                 near_radius=2.0 * r + num.tau,
                 near_tolerance=num.near_tolerance,
             )
@@ -212,7 +213,7 @@ def _iterative(
                 if t == 1:  # z_0 = q is public: A_1 is the fixed-centre bound at q
                     A_t = clean_bound.advance(clean_counts=gate_clean[:, 0])
                 else:
-                    segs = sorted_segments(gp.near_rows, gp.near_dist, U)
+                    segs = sorted_segments(gp.near_rows, gp.near_dist, n_distinct)
                     A_t = clean_bound.advance(
                         segments=[segs[j] for j in inv],
                         step_length=np.linalg.norm(z[:, t] - z[:, t - 1], axis=1))

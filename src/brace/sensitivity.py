@@ -266,8 +266,8 @@ def clean_step_bound(
     if step_length is None:
         return units
     # The centred switch bound (docs/privacy.md §3): each switching row costs its
-    # distance to the exact mean μ of B's gate, ``≤ r⁺ + ℓ`` (``+ a`` for rows of B''s
-    # gate), with ``ℓ = λ̃(1 + μ_n) + σ + R_s(k) + R_{s−1}(k) ≥ ‖μ − z_{s−1}(B)‖`` (λ̃ the
+    # distance to the exact mean μ of B's gate, ``≤ r⁺ + ℓ`` (``+ a`` for rows of the
+    # gate of B′), with ``ℓ = λ̃(1 + μ_n) + σ + R_s(k) + R_{s−1}(k) ≥ ‖μ − z_{s−1}(B)‖`` (λ̃ the
     # computed step length of D), capped at ``r + τ``. ``R_s`` is the prefix sum of the
     # previous pass's bound, which is valid and consistent, so every pass is.
     ok = nc >= 1
@@ -408,7 +408,9 @@ class CleanTrajectoryBound:
 
         Step 1 needs ``clean_counts = |I(D, q)|`` (the centre ``z_0 = q`` is public, so
         ``A_1`` is the fixed-centre bound there); later steps need ``segments``, the
-        sorted distances to ``z_s(D)``.
+        sorted distances to ``z_s(D)``, and ``step_length``, the computed
+        ``‖z_{s+1}(D) − z_s(D)‖`` of the centred switch bound (omitted: that bound is
+        left out, which is still valid).
         """
         self.s += 1
         sig = self.slack(self.s)
