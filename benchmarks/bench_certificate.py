@@ -74,8 +74,10 @@ import numpy as np
 
 from brace import LSRMemory, certificate
 from brace._io import write_json
+from brace._runners import _project
 from brace.accounting import choose_gamma
 from brace.datasets import PAPER_MIXTURE, sample_mixture
+from brace.experiments.synthetic import SyntheticConfig, _queries
 
 R, T, EPS, DELTA = 0.8, 5, 128.0, 1e-5
 
@@ -315,13 +317,6 @@ def _neighbour_moves(X, z, directions, edge=4):
     return moves
 
 
-def _project_ball(x, c, radius):
-    """Projection of the points ``x (..., d)`` onto ``B̄(c, radius)``."""
-    diff = x - c
-    nrm = np.linalg.norm(diff, axis=-1, keepdims=True)
-    return c + diff * np.where(nrm > radius, radius / np.where(nrm > 0, nrm, 1.0), 1.0)
-
-
 def step_floors(X, q, kmax, n_dirs=16, n_park=32):
     """Per step ``t = 2..T``: ``L_t(k)``, the largest ``‖Q_t(B_k) − Q_t(B_k')‖`` found at
     κ = 0 along the clean history of ``D = X``, for ``k = 0..K``, with what attains it.
@@ -382,13 +377,13 @@ def step_floors(X, q, kmax, n_dirs=16, n_park=32):
         den_b = (mD[0, t - 1] + k)[:, None]  # 0 only at k = 0 with an empty gate
         zB = np.where(den_b > 0, (sD[0, t - 1] + k[:, None] * P[:, :, None, :])
                       / np.maximum(den_b, 1), c)
-        QB = _project_ball(zB, c, R)  # (E, U, K+1, d)
+        QB = _project(zB, c, R)  # (E, U, K+1, d)
         kin = inside[..., None] * k  # (E, M, K+1)
         den = mj[pj, t - 1][None, :, None] + kin
         num = sj[pj, t - 1][None, :, None, :] + kin[..., None] * Pm[:, :, None, :]
         zBp = np.where(den[..., None] > 0, num / np.maximum(den, 1)[..., None],
                        zjm[None, :, None, t - 1])
-        diff = np.linalg.norm(QB[:, pu] - _project_ball(zBp, c, R), axis=-1)
+        diff = np.linalg.norm(QB[:, pu] - _project(zBp, c, R), axis=-1)
         valid = np.broadcast_to(ok[..., None], diff.shape).copy()
         valid[..., 0] = True  # k = 0: B_0 = D, any move is a neighbour
         diff = np.where(valid, diff, -1.0)
@@ -473,7 +468,7 @@ def flip_floors(X, q, z, far, kmax, n_dirs=16):
     L = np.zeros((T - 1, K + 1))
     how = []
     for t in range(2, T + 1):
-        Qc = _project_ball(zc[:, :, t], z[t - 1], R)  # (A, K+2, d)
+        Qc = _project(zc[:, :, t], z[t - 1], R)  # (A, K+2, d)
         step = np.linalg.norm(Qc[:, 1:] - Qc[:, :-1], axis=-1)  # C_k vs C_{k+1}, k = 0..K
         both = np.stack([step, np.concatenate([np.full((len(A), 1), -1.0),
                                                step[:, :-1]], 1)])  # up, down
@@ -501,13 +496,15 @@ def verify_flip(X, q, z, far, A, how_tk, t, k, value, gamma):
     return val
 
 
-def _synthetic_queries(X, count, seed=1):
-    """The queries of ``brace experiment synthetic``'s multi-seed summary (same seed and
-    draw order: the highlighted run's candidates and shared seed come first)."""
-    rng = np.random.default_rng(seed)
-    rng.uniform((-0.6, -0.3), (0.6, 0.3), (200, 2))
+def _synthetic_queries(X, count):
+    """The queries of ``brace experiment synthetic``'s multi-seed summary: its seed, its
+    draw order (the highlighted run's candidates and shared seed come first) and its
+    query rule (``synthetic._queries``)."""
+    cfg = SyntheticConfig()
+    rng = np.random.default_rng(cfg.seed)
+    rng.uniform((-0.6, -0.3), (0.6, 0.3), (cfg.candidates, 2))
     rng.integers(2**63)
-    return X[rng.integers(0, len(X), count)] + rng.normal(0, 0.35, (count, 2))
+    return _queries(X, count, cfg, rng)
 
 
 def _inside_share(s, rho):

@@ -381,12 +381,15 @@ def _lemma_sets(rng, d, r, a, lopsided):
     cp = c + delta
 
     def ball(centre, m, side=None):
+        """``m`` points of ``B̄(centre, r)``: spread out (mostly near the sphere), or, with
+        ``side``, in one orthant at radius ``0.9r … r``."""
         v = rng.normal(size=(m, d))
-        if side is not None:
+        if side is None:
+            rad = r * (1 - 1e-12) * rng.uniform(0, 1, (m, 1)) ** 0.2
+        else:
             v = np.abs(v) * side
-        v /= np.linalg.norm(v, axis=1, keepdims=True)
-        rad = r * (1 - 1e-12 if side is None else rng.uniform(0.9, 1.0, (m, 1)))
-        return centre + v * rad * (rng.uniform(0, 1, (m, 1)) ** 0.2 if side is None else 1)
+            rad = r * rng.uniform(0.9, 1.0, (m, 1))
+        return centre + v / np.linalg.norm(v, axis=1, keepdims=True) * rad
 
     side = np.sign(rng.normal(size=d)) if lopsided else None
     inside = lambda u, ctr: np.linalg.norm(u - ctr, axis=1) <= r  # noqa: E731

@@ -34,12 +34,13 @@ from .sensitivity import (
 
 
 def _project(points: np.ndarray, centres: np.ndarray, radius: float | np.ndarray) -> np.ndarray:
-    """Euclidean projection of each row onto the closed ball ``B̄(centre, radius)``."""
+    """Euclidean projection of each point (last axis) onto the closed ball
+    ``B̄(centre, radius)``; ``points`` and ``centres`` broadcast."""
     diff = points - centres
-    norm = np.linalg.norm(diff, axis=1)
+    norm = np.linalg.norm(diff, axis=-1)
     radius = np.broadcast_to(np.asarray(radius, dtype=np.float64), norm.shape)
     scale = np.where(norm > radius, radius / np.where(norm > 0, norm, 1.0), 1.0)
-    return centres + diff * scale[:, None]
+    return centres + diff * scale[..., None]
 
 
 def endpoint_sensitivity(n: int, r: float, T: int, queries: np.ndarray) -> np.ndarray:
