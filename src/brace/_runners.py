@@ -66,6 +66,26 @@ def global_sensitivity(n: int, r: float, T: int, centres: np.ndarray) -> np.ndar
     return num.value(cap_units(num, num.slack(np.abs(y).max(axis=1))))
 
 
+def may_correct(plan: ReleasePlan, qscale: np.ndarray, num: Numerics) -> bool:
+    """Whether a step of this plan may apply the boundary correction (and so reads the
+    clean trajectory): a public function of the plan and the queries' scale ``‖q‖_∞``.
+
+    Only BRACE's smooth release with a finite activation threshold θ corrects; with the
+    projection, ``‖q − Y_{t−1}‖ ≤ tr`` (up to rounding) bounds the public activation
+    quantity by ``b3_max``, so θ above it (κ a hair above ``(2T+1)²/T``) never activates
+    (``docs/spec.md`` §5).
+    """
+    if plan.method != "brace" or plan.release == "count" or not math.isfinite(plan.theta):
+        return False
+    if not plan.output_projection:
+        return True
+    T, r = plan.steps, plan.radius
+    smax = float(np.max(num.slack(qscale + (T + 1) * r)))
+    mg = 1.0 + num.norm_margin
+    b3_max = T * (r + num.tau + smax) + (T * r + smax) * mg + r + smax
+    return not bool(num.down(plan.theta * (1.0 - num.norm_margin)) >= num.up(b3_max))
+
+
 def _endpoint(memory: LSRMemory, q: np.ndarray, plan: ReleasePlan, xi: np.ndarray, *,
               return_clean: bool = False) -> dict[str, Any]:
     """``Y = Π_{B̄(q,(T+1)r)}(z_T + s ξ)``, ``s = 2T(r + σ)·noise_multiplier``."""
@@ -130,12 +150,7 @@ def _iterative(
     # Public shortcut (``docs/spec.md`` §5): with the projection, ‖q - Y_{t-1}‖ ≤ t r (up to
     # rounding), so the public activation bound is at most b3_max below; if θ exceeds it
     # (κ a hair above (2T+1)²/T), no bank activates.
-    never_activates = not math.isfinite(theta) or count
-    if proj and not never_activates:
-        smax = float(np.max(num.slack(qscale + (T + 1) * r)))
-        mg = 1.0 + num.norm_margin
-        b3_max = T * (r + num.tau + smax) + (T * r + smax) * mg + r + smax
-        never_activates = bool(num.down(theta * (1.0 - num.norm_margin)) >= num.up(b3_max))
+    never_activates = not may_correct(plan, qscale, num)
     K = n_terms(n, plan.gamma) if brace and not count else 0
     released_counts = np.zeros((Q, T), dtype=np.int64) if count else None
     clean_bound = (

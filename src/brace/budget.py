@@ -1,29 +1,37 @@
 """``PrivateMemory``: a bank that only answers privately, within one budget.
 
-Every release composes into one Rényi-DP accountant (``docs/ledger.md``): the per-order
-RDP curves are summed over all queries and steps of all calls, non-RDP parts (none of
-the current mechanisms has one) add as δ, and the sum is converted once at the budget's
-δ. A call that would take that composition past the budget raises
-:class:`BudgetExceededError` before anything is computed, and spends nothing. With a
-``ledger`` file the spend is recorded durably *before* the release is returned
-(:mod:`brace.ledger`).
+Every release is admitted by a privacy *filter* (``docs/privacy-accounting.md`` §12,
+:mod:`brace.filter`) before the bank is read, and charged once released:
+
+* ``accounting="local"`` (the default): a released step is charged only to the rows its
+  public *footprint* can hold (:mod:`brace.footprints`); the filter bounds the worst pair
+  of neighbouring banks.
+* ``accounting="global"``: every step is charged to every row (plain composition).
+
+A call that does not fit raises :class:`BudgetExceededError` before anything is
+computed, and spends nothing. Pricing, computing and recording are one critical section
+under a lock (threads) and, with a ``ledger``, one SQLite transaction (processes): the
+spend is durable *before* the release is returned (:mod:`brace.ledger`). A call identical
+to a recorded one returns the recorded release and spends nothing (``fresh=True`` asks
+for new noise and pays).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 import os
-from pathlib import Path
+import threading
 from typing import Any
 
+import numpy as np
+
 from . import ledger as _ledger
-from ._validation import (
-    check_delta,
-    check_epsilon,
-    check_queries,
-    check_steps,
-)
+from ._validation import check_delta, check_epsilon, check_queries, check_steps
+from .filter import K, FilterSpec, FootprintIndex, convert, event_weights
+from .footprints import footprints, reserved_radius
 from .mechanisms import (
     DIAGNOSTIC_FIELDS,
     PRIVATE_METHODS,
@@ -33,20 +41,30 @@ from .mechanisms import (
 from .memory import LSRMemory, pins_bank
 from .plan import plan_release
 
-__all__ = ["BudgetExceededError", "PrivateMemory"]
+__all__ = ["BudgetExceededError", "PrivateMemory", "ACCOUNTINGS", "QUERY_DELTA_SHARE"]
+
+ACCOUNTINGS = ("local", "global")
+#: default per-query δ of :meth:`PrivateMemory.retrieve`: this share of the budget's δ
+QUERY_DELTA_SHARE = 0.01
 
 
 class BudgetExceededError(RuntimeError):
-    """A release would take the composed privacy loss past the budget; nothing was
-    released and nothing was spent. ``spent``, ``remaining`` and ``requested_total``
-    are ε at the budget's δ."""
+    """A release would take the privacy loss past the budget; nothing was released and
+    nothing was spent. ``spent``, ``remaining`` and ``requested_total`` are ε at the
+    budget's δ (``requested_total``: what the history would cost with the call at its
+    reserved footprints); ``reason`` is ``"epsilon"`` or ``"delta"``;
+    ``affordable_epsilon`` is the largest per-query ε of the same call that would fit
+    (0 if none)."""
 
     def __init__(self, message: str, *, spent: float, remaining: float,
-                 requested_total: float) -> None:
+                 requested_total: float, reason: str = "epsilon",
+                 affordable_epsilon: float = 0.0) -> None:
         super().__init__(message)
         self.spent = spent
         self.remaining = remaining
         self.requested_total = requested_total
+        self.reason = reason
+        self.affordable_epsilon = affordable_epsilon
 
 
 _PLAN_KW = ("kappa", "gamma", "accounting", "output_projection", "release")
@@ -55,6 +73,7 @@ _REFUSED_KW = {
     "_innovations": "caller-supplied innovations carry no guarantee",
     "memory": "the bank is the PrivateMemory's own",
     "queries": "pass the queries as the first argument",
+    "rng": "pass seed= (the release's random draws)",
 }
 
 
@@ -63,9 +82,13 @@ def _check_budget(budget: Any) -> tuple[float, float]:
         eps, delta = budget
     except (TypeError, ValueError):
         raise TypeError(
-            f"budget must be a pair (epsilon, delta), e.g. (10.0, 1e-5). Found {budget!r}."
+            f"budget must be a pair (epsilon, delta), e.g. (8.0, 1e-5). Found {budget!r}."
         ) from None
     return check_epsilon(eps, "budget epsilon"), check_delta(delta, "budget delta")
+
+
+def _plural(n: int, word: str, plural: str | None = None) -> str:
+    return f"{n} {word if n == 1 else plural or word + 's'}"
 
 
 class PrivateMemory:
@@ -74,54 +97,107 @@ class PrivateMemory:
     Parameters
     ----------
     bank : array_like (n, d)
-        The private memories.
+        The private memories (an array, a memory map, a Dask array, or an
+        :class:`LSRMemory`, whose bank, radius and β are taken).
     radius : float
-        Support radius ``r`` (as :class:`LSRMemory`).
+        Support radius ``r`` (as :class:`LSRMemory`); optional when ``bank`` is an
+        :class:`LSRMemory`.
     budget : (epsilon, delta)
-        Total budget for everything released from this bank: the composition of all
-        releases must stay (ε, δ)-DP.
+        Total budget for everything released from this bank: the whole adaptive
+        history is ``(ε, δ)``-DP for every pair of neighbouring banks (replace one row).
+    beta : float, optional
+        LSR's β (as :class:`LSRMemory`; it does not change the retrieval dynamics).
     ledger : path, optional
-        JSON ledger file (created if missing). It persists the spend across processes
-        and restarts, is bound to this bank and radius by a SHA-256 fingerprint, and
-        is written before each release is returned. Without it the spend lives in this
-        object only.
-
-    Unlike an estimator, the arguments are validated here: opening a ledger with
-    another bank, radius or budget must fail before any query.
+        SQLite ledger file (``docs/ledger.md``). It persists the spend across processes
+        and restarts, is bound to this bank, radius and budget, and is written before
+        each release is returned. Without it the spend lives in this object only.
+    create : bool, default False
+        Create the ledger (refused if the file exists). Opening a ledger that does not
+        exist is an error: a mistyped path never starts a fresh budget.
+    accounting : {"local", "global"}, default "local"
+        How releases are charged (module docstring; ``docs/privacy-accounting.md`` §12).
+        Local never reports more than global on the same history.
+    lock_timeout : float, default 10
+        Seconds to wait for the ledger's write lock (another thread or process) before
+        :class:`brace.ledger.LedgerLockTimeout`.
+    ledger_key : bytes or str, optional
+        Key of the ledger's HMAC (default ``$BRACE_LEDGER_KEY``; none: an unkeyed
+        SHA-256 chain, which detects damage but not a deliberate edit).
 
     Examples
     --------
     >>> import numpy as np, brace
     >>> X = np.random.default_rng(0).normal(size=(50, 2))
-    >>> pm = brace.PrivateMemory(X, radius=0.8, budget=(10.0, 1e-5))
-    >>> res = pm.retrieve(X[:2], steps=3, epsilon=1.0, delta=1e-6, seed=0)
-    >>> 0 < pm.spent < 10 and abs(pm.spent + pm.remaining - 10) < 1e-9
+    >>> pm = brace.PrivateMemory(X, radius=0.8, budget=(8.0, 1e-5))
+    >>> res = pm.retrieve(X[:2], steps=3, epsilon=1.0, seed=0)
+    >>> 0 < pm.spent < 8 and abs(pm.spent + pm.remaining - 8) < 1e-9
     True
     """
 
-    def __init__(self, bank: Any, *, radius: float, budget: tuple[float, float],
-                 ledger: str | os.PathLike | None = None) -> None:
-        self.bank = bank
-        self.radius = radius
-        self.budget = budget
-        self.ledger = ledger
-        self._memory = LSRMemory(bank, radius=radius)
-        # the validated bank (validation hashes it once for the memory's own integrity
-        # check); the ledger's fingerprint, which includes the radius, is the one other pass
+    def __init__(self, bank: Any, *, radius: float | None = None,
+                 budget: tuple[float, float], beta: float | None = None,
+                 ledger: str | os.PathLike | None = None, create: bool = False,
+                 accounting: str = "local", lock_timeout: float = 10.0,
+                 ledger_key: bytes | str | None = None) -> None:
+        if isinstance(bank, LSRMemory):
+            radius = bank.radius if radius is None else radius
+            beta = bank.beta if beta is None else beta
+            bank = bank.bank
+        if radius is None:
+            raise TypeError("PrivateMemory needs radius= (the support radius r).")
+        if accounting not in ACCOUNTINGS:
+            raise ValueError(f"accounting must be one of {ACCOUNTINGS}; got {accounting!r}.")
+        if not isinstance(create, bool):
+            raise TypeError(f"create must be a bool; got {create!r}.")
+        if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, int | float) \
+                or not (lock_timeout >= 0 and math.isfinite(lock_timeout)):
+            raise ValueError(f"lock_timeout must be a finite number of seconds >= 0; got "
+                             f"{lock_timeout!r}.")
+        if create and ledger is None:
+            raise ValueError("create=True needs a ledger path.")
+        self._memory = LSRMemory(bank, radius=radius, beta=beta)
         X = self._memory._state().X
         self._budget = _check_budget(budget)
+        self._accounting = accounting
+        self._dim = int(X.shape[1])
         self._fingerprint = _ledger.bank_fingerprint(X, self._memory.radius_)
-        self._records: list[dict[str, Any]] = []
-        self._path = None if ledger is None else Path(os.fspath(ledger))
-        if self._path is not None:
-            with _ledger.ledger_lock(self._path):
-                if self._path.exists():
-                    state = _ledger.read_ledger(self._path)
-                    _ledger.check_binding(state, self._fingerprint, self._budget)
-                else:
-                    _ledger.create_ledger(self._path, self._fingerprint, self._budget)
+        self._filter = FilterSpec.for_budget(*self._budget)
+        self._lock = threading.RLock()
+        self._lock_timeout = float(lock_timeout)
+        self._index = FootprintIndex(self._dim)
+        self._rows: list[dict[str, Any]] = []  # records, in order
+        self._keys: dict[str, int] = {}  # call key -> position in _rows
+        self._results: dict[int, PrivateRetrievalResult] = {}
+        self._last_id, self._last_mac = 0, ""
+        self._worst_cache: tuple[int, np.ndarray] | None = None
+        self._db: _ledger.Ledger | None = None
+        if ledger is not None:
+            spec = dataclasses.asdict(self._filter)
+            spec["orders"] = list(spec["orders"])
+            if create:
+                self._db = _ledger.Ledger.create(
+                    ledger, fingerprint=self._fingerprint, budget=self._budget,
+                    filter_spec=spec, key=ledger_key, timeout=self._lock_timeout)
+            else:
+                self._db = _ledger.Ledger.open(ledger, key=ledger_key,
+                                               timeout=self._lock_timeout)
+                self._check_binding(self._db.meta)
+                self._filter = FilterSpec(self._budget[0], self._budget[1],
+                                          tuple(self._db.meta["filter"]["orders"]),
+                                          float(self._db.meta["filter"]["delta_direct"]))
+            self._sync()
 
     # ----------------------------------------------------------------------------------
+    bank = property(lambda self: self._memory._state().X,
+                    doc="The validated bank (read-only).")
+    radius = property(lambda self: self._memory.radius_, doc="Support radius r.")
+    beta = property(lambda self: self._memory.beta, doc="LSR's β.")
+    budget = property(lambda self: self._budget, doc="(ε, δ) of the whole history.")
+    accounting = property(lambda self: self._accounting, doc='"local" or "global".')
+    filter = property(lambda self: self._filter, doc="The privacy filter (FilterSpec).")
+    ledger = property(lambda self: None if self._db is None else self._db.path,
+                      doc="The ledger's path, or None.")
+
     @property
     def fingerprint(self) -> dict[str, Any]:
         """The bank's fingerprint (SHA-256 of bytes, shape, dtype, radius)."""
@@ -129,39 +205,134 @@ class PrivateMemory:
 
     @property
     def releases(self) -> tuple[dict[str, Any], ...]:
-        """Every recorded release (from the ledger when there is one)."""
-        return self._state()[0]
+        """Every recorded release's record (from the ledger when there is one)."""
+        with self._locked():
+            self._sync_outside()
+            return tuple(dict(r) for r in self._rows)
 
     @property
     def spent(self) -> float:
-        """ε of everything released so far, composed, at the budget's δ."""
-        return self._state()[1]
+        """ε at the budget's δ of the worst pair of neighbouring banks: the composition
+        (converted at the best order) of the recorded steps charged to that pair."""
+        return convert(self._worst_now(), self._budget[1])
 
     @property
     def remaining(self) -> float:
         """``budget ε − spent`` (≥ 0), at the budget's δ."""
         return max(0.0, self._budget[0] - self.spent)
 
-    def _state(self) -> tuple[tuple[dict[str, Any], ...], float]:
-        if self._path is None:
-            eps, _, _ = _ledger.compose_records(self._records, self._budget[1])
-            return tuple(self._records), eps
-        state = _ledger.read_ledger(self._path)
-        _ledger.check_binding(state, self._fingerprint, self._budget)
-        return state.releases, state.spent
+    @property
+    def filter_usage(self) -> float:
+        """Share of the filter used by the worst pair (≤ 1; a call is admitted only if
+        it stays ≤ 1 with the call's reserved footprints)."""
+        return self._filter.usage(self._worst_now())
+
+    def spent_at(self, points: Any) -> np.ndarray:
+        """``(k,)`` ε at the budget's δ charged to a row at each point: the composition
+        of the recorded steps whose footprint holds it (global: every step)."""
+        p, _ = check_queries(points, self._dim, name="points")
+        with self._locked():
+            self._sync_outside()
+            if self._accounting == "global":
+                return np.full(p.shape[0], convert(self._index.total, self._budget[1]))
+            cost = self._index.point_cost(p)
+        return np.array([convert(c, self._budget[1]) for c in cost])
+
+    # ----------------------------------------------------------------------------------
+    def _locked(self):
+        lock = self._lock
+        timeout = self._lock_timeout
+
+        class _Ctx:
+            def __enter__(self_inner):
+                if not lock.acquire(timeout=timeout if timeout > 0 else -1):
+                    raise _ledger.LedgerLockTimeout(
+                        f"could not acquire the PrivateMemory's lock within {timeout:g} s: "
+                        "another thread of this process holds it.")
+
+            def __exit__(self_inner, *exc):
+                lock.release()
+                return False
+
+        return _Ctx()
+
+    def _check_binding(self, meta: dict[str, Any]) -> None:
+        fp = meta["fingerprint"]
+        path = self._db.path if self._db is not None else "?"
+        if fp.get("sha256") != self._fingerprint["sha256"]:
+            raise _ledger.LedgerError(
+                f"ledger {path} belongs to another bank: its fingerprint is "
+                f"{fp.get('sha256')} (shape {fp.get('shape')}, radius {fp.get('radius')}), "
+                f"this bank's is {self._fingerprint['sha256']} (shape "
+                f"{self._fingerprint['shape']}, radius {self._fingerprint['radius']}). Use "
+                "the ledger of this bank, or create a new one.")
+        b = meta["budget"]
+        if (float(b["epsilon"]), float(b["delta"])) != self._budget:
+            raise _ledger.LedgerError(
+                f"ledger {path} was created with budget ({b['epsilon']:g}, {b['delta']:g}); "
+                f"it was opened with ({self._budget[0]:g}, {self._budget[1]:g}). A ledger's "
+                "budget is fixed when it is created.")
+
+    def _sync_outside(self) -> None:
+        if self._db is not None:
+            self._db.refresh_meta()
+            self._check_binding(self._db.meta)
+            self._sync()
+
+    def _sync(self) -> None:
+        """Read the releases other processes recorded since the last look."""
+        rows = self._db.read_since(self._last_id, self._last_mac)
+        for row in rows:
+            self._absorb(row.record, row.call_key, row.centres, row.radii, row.outputs,
+                         row.released_counts)
+            self._last_id = row.id
+        if rows:
+            self._last_mac = self._db.meta["head"]["mac"]
+
+    def _absorb(self, record: dict[str, Any], call_key: str, centres: np.ndarray,
+                radii: np.ndarray, outputs: np.ndarray | None,
+                counts: np.ndarray | None) -> None:
+        ev = _ledger.event_from_dict(record["event"])
+        w = _weights(ev)
+        k = radii.shape[0]
+        self._index.add(centres, radii, np.broadcast_to(w, (k, K + 1)),
+                        local=self._accounting == "local")
+        self._keys.setdefault(call_key, len(self._rows))
+        self._rows.append(record)
+        self._worst_cache = None
+
+    def _worst_now(self) -> np.ndarray:
+        with self._locked():
+            self._sync_outside()
+            return self._worst(())
+
+    def _worst(self, extra: tuple) -> np.ndarray:
+        if self._accounting == "global":
+            out = self._index.total.copy()
+            for _, _, w in extra:
+                out += np.asarray(w).sum(axis=0)
+            return out
+        if not extra:
+            if self._worst_cache is None or self._worst_cache[0] != len(self._index):
+                self._worst_cache = (len(self._index), self._index.worst_pair())
+            return self._worst_cache[1]
+        return self._index.worst_pair(extra)
 
     # ----------------------------------------------------------------------------------
     @pins_bank
-    def retrieve(self, queries: Any, *, steps: int, epsilon: float, delta: float,
-                 method: str = "brace", seed: Any = None, **kw: Any) -> PrivateRetrievalResult:
+    def retrieve(self, queries: Any, *, steps: int, epsilon: float,
+                 delta: float | None = None, method: str = "brace", seed: Any = None,
+                 fresh: bool = False, **kw: Any) -> PrivateRetrievalResult:
         """A private release (as :func:`brace.private_retrieve`, per-query (ε, δ)),
-        charged to the budget.
+        admitted by the budget's filter and charged to it.
 
-        Raises :class:`BudgetExceededError` — before anything is computed, spending
-        nothing — if the composition of all releases with this one would exceed the
-        budget. ``method="naive"`` (not private), ``return_clean`` and caller-chosen
-        innovations are refused. The result's diagnostics (data-dependent, not covered
-        by ε) are removed: only the release is returned.
+        ``delta`` defaults to ``QUERY_DELTA_SHARE`` (1 %) of the budget's δ. Raises
+        :class:`BudgetExceededError` — before the bank is read, spending nothing — if
+        the call does not fit. A call identical to a recorded one (same queries bit for
+        bit, steps, ε, δ, method and release parameters) returns the recorded release
+        and spends nothing, unless ``fresh=True``. ``method="naive"`` (not private),
+        ``return_clean`` and caller-chosen innovations are refused. The result carries
+        no diagnostics (they are data-dependent and not covered by ε).
         """
         if method not in PRIVATE_METHODS:
             raise ValueError(
@@ -172,80 +343,181 @@ class PrivateMemory:
         for k, why in _REFUSED_KW.items():
             if k in kw:
                 raise TypeError(f"PrivateMemory.retrieve does not take {k}=: {why}.")
-        X, _ = self._memory._bank()
-        q, _ = check_queries(queries, X.shape[1], name="queries")
+        if not isinstance(fresh, bool):
+            raise TypeError(f"fresh must be a bool; got {fresh!r}.")
+        q, _ = check_queries(queries, self._dim, name="queries")
         T = check_steps(steps)
         eps = check_epsilon(epsilon)
-        dlt = check_delta(delta)
-        # Price the call from public parameters only: the plan private_retrieve will run
-        # (an invalid argument is refused here, spending nothing).
+        dlt = (self._budget[1] * QUERY_DELTA_SHARE if delta is None
+               else check_delta(delta))
+        plan_kw = {k: kw[k] for k in _PLAN_KW if k in kw}
         plan = plan_release(self._memory, method=method, epsilon=eps, delta=dlt, steps=T,
-                            queries=q.shape[0],
-                            **{k: kw[k] for k in _PLAN_KW if k in kw})
-        spent_call = plan.spent
+                            queries=q.shape[0], **plan_kw)
+        key = _call_key(q, T, eps, dlt, method, plan, kw)
+        with self._locked():
+            if self._db is None:
+                return self._admit_and_run(plan, q, T, eps, dlt, method, seed, kw, key,
+                                           fresh)
+            with self._db.transaction():
+                self._check_binding(self._db.meta)
+                self._sync()
+                return self._admit_and_run(plan, q, T, eps, dlt, method, seed, kw, key,
+                                           fresh)
+
+    def _admit_and_run(self, plan, q, T, eps, dlt, method, seed, kw, key, fresh):
+        if not fresh and key in self._keys:
+            return self._repeat(self._keys[key], q)
+        step_w = _weights(plan.spent.step_event)
+        per_query = plan.releases
+        reserved = (q, reserved_radius(plan, q),
+                    np.broadcast_to(step_w * per_query, (q.shape[0], K + 1)))
+        worst = self._worst((reserved,))
+        if not self._filter.admits(worst):
+            self._refuse(worst, reserved[2], plan, q, T, eps, dlt, method)
+        res = private_retrieve(self._memory, q, method=method, epsilon=eps, delta=dlt,
+                               steps=T, seed=seed, **kw)
+        if res.privacy.rho_per_step != plan.spent.rho_per_step or not res.is_private:
+            raise RuntimeError("PrivateMemory: the release was not calibrated as priced.")
+        fp = footprints(plan, q, res.outputs)
+        public = res.to_dict()
         record = {
             "method": method,
             "queries": int(q.shape[0]),
             "steps": T,
-            "dim": int(X.shape[1]),
+            "dim": self._dim,
             "epsilon": eps,
             "delta": dlt,
-            "epsilon_call": (spent_call.epsilon_total  # at the per-query delta
-                             if math.isfinite(spent_call.epsilon_total) else None),
-            "accounting": plan.accounting,
-            "gamma": spent_call.gamma,
-            "rho_per_step": spent_call.rho_per_step,
-            "event": _ledger.event_to_dict(spent_call.call_event),
-            "delta_extra": 0.0,  # no current mechanism has a non-RDP part
-        }
-        if self._path is None:
-            return self._spend(self._records, record, q, T, eps, dlt, method, seed, kw,
-                               spent_call)
-        with _ledger.ledger_lock(self._path):
-            state = _ledger.read_ledger(self._path)
-            _ledger.check_binding(state, self._fingerprint, self._budget)
-            records = list(state.releases)
-            return self._spend(records, record, q, T, eps, dlt, method, seed, kw,
-                               spent_call, created=state.created)
-
-    def _spend(self, records, record, q, T, eps, dlt, method, seed, kw, spent_call,
-               created=None):
-        b_eps, b_delta = self._budget
-        after, _, _ = _ledger.compose_records(records, b_delta, extra=[record])
-        if not after <= b_eps:
-            before, _, _ = _ledger.compose_records(records, b_delta)
-            left = max(0.0, b_eps - before)
-            raise BudgetExceededError(
-                f"this release ({record['queries']} queries x {record['steps']} steps at "
-                f"({eps:g}, {dlt:g}) per query, {method}) would bring the total to eps = "
-                f"{after:.6g} at delta = {b_delta:g}, over the budget eps = {b_eps:g}. "
-                f"Spent so far: {before:.6g}; remaining: {left:.6g}. Nothing was released "
-                "or spent; ask for fewer queries or a smaller epsilon.",
-                spent=before, remaining=left, requested_total=after,
-            )
-        res = private_retrieve(self._memory, q, method=method, epsilon=eps, delta=dlt,
-                               steps=T, seed=seed, **kw)
-        if res.privacy.rho_per_step != spent_call.rho_per_step or not res.is_private:
-            raise RuntimeError("PrivateMemory: the release was not calibrated as priced.")
-        record = {
-            "id": len(records) + 1,
-            "time": _ledger.now(),
-            **record,
+            "release": plan.release,
+            "event": _ledger.event_to_dict(plan.spent.step_event),
             # no seed: it regenerates the noise of the release (docs/ledger.md)
-            "params": {k: v for k, v in res.params.items() if k != "seed"},
-            "spent_after": after,
+            "params": {k: v for k, v in public["params"].items() if k != "seed"},
+            "privacy": public["privacy"],
         }
-        if self._path is None:
-            self._records.append(record)
-        else:  # write-ahead: durable before the release is returned
-            _ledger.write_ledger(self._path, self._fingerprint, self._budget,
-                                 [*records, record], created)
-        return dataclasses.replace(res, **dict.fromkeys(DIAGNOSTIC_FIELDS))
+        counts = getattr(res, "released_counts", None)
+        if self._db is not None:  # write-ahead: inserted before the release is returned
+            row = self._db.append(call_key=key, record=record, outputs=res.outputs,
+                                  released_counts=counts, centres=fp.centres,
+                                  radii=fp.radii)
+            record = row.record
+        self._absorb(record, key, fp.centres, fp.radii, res.outputs, counts)
+        if self._db is not None:
+            self._last_id, self._last_mac = row.id, self._db.meta["head"]["mac"]
+        out = dataclasses.replace(res, **dict.fromkeys(DIAGNOSTIC_FIELDS))
+        self._results[len(self._rows) - 1] = out
+        return out
+
+    def _repeat(self, pos: int, q: np.ndarray) -> PrivateRetrievalResult:
+        got = self._results.get(pos)
+        if got is not None:
+            return got
+        rec = self._rows[pos]
+        rows = self._db._conn.execute(
+            "SELECT outputs, counts FROM releases WHERE id = ?", (pos + 1,)).fetchone()
+        Q, d = rec["queries"], rec["dim"]
+        T = 1 if rec["method"] == "endpoint" else rec["steps"]
+        outputs = np.frombuffer(rows[0], dtype=np.float64).reshape(Q, T, d).copy()
+        counts = None if rows[1] is None else np.frombuffer(
+            rows[1], dtype=np.int64).reshape(Q, T).copy()
+        from .accounting import PrivacySpent
+
+        res = PrivateRetrievalResult(
+            method=rec["method"], is_private=True, outputs=outputs,
+            privacy=PrivacySpent.from_dict(rec["privacy"]), params=dict(rec["params"]),
+            queries=q.copy(), released_counts=counts, **dict.fromkeys(DIAGNOSTIC_FIELDS))
+        self._results[pos] = res
+        return res
+
+    def _refuse(self, worst, reserved_w, plan, q, T, eps, dlt, method) -> None:
+        b_eps, b_delta = self._budget
+        before = convert(self._worst(()), b_delta)
+        after = convert(worst, b_delta)
+        left = max(0.0, b_eps - before)
+        what = (f"this release ({_plural(q.shape[0], 'query', 'queries')} x {_plural(T, 'step')} at "
+                f"({eps:g}, {dlt:g}) per query, {method}, {plan.release} release)")
+        if not worst[K] <= self._filter.delta_direct:
+            raise BudgetExceededError(
+                f"{what} would bring the direct failure probability charged to one pair "
+                f"of neighbours to {worst[K]:.3g}, over the filter's delta share "
+                f"{self._filter.delta_direct:.3g} of the budget delta {b_delta:g}: delta is "
+                "the problem. Ask with a smaller per-query delta (the count release spends "
+                "a share of it directly) or fewer queries. Nothing was released or spent.",
+                spent=before, remaining=left, requested_total=after, reason="delta")
+        afford = self._affordable(q, reserved_w, plan, dlt)
+        where = ""
+        if self._accounting == "local" and len(self._index):
+            i = int(np.argmax(self._index.U[:, self._filter.orders[0]]))
+            c = np.array2string(self._index.centres[i], precision=3, threshold=6)
+            where = (f" The most charged place is around {c}; queries whose reserved "
+                     f"balls (radius {float(reserved_radius(plan, q)[0]):.3g}) stay away "
+                     "from the charged places cost less.")
+        raise BudgetExceededError(
+            f"{what} would take the worst pair of neighbouring banks to eps = {after:.6g} "
+            f"at delta = {b_delta:g} (with the call's reserved footprints), past what the "
+            f"filter admits for the budget eps = {b_eps:g}. Spent so far: {before:.6g}; "
+            f"remaining: {left:.6g}. " + (
+                "No call of this shape fits: ask for fewer queries or steps."
+                if afford == 0.0 else
+                f"The same call fits at a per-query epsilon of about {afford:.3g} "
+                "(Gaussian conversion of its admissible share).") + where + " Nothing was released or spent.",
+            spent=before, remaining=left, requested_total=after, reason="epsilon",
+            affordable_epsilon=afford)
+
+    def _affordable(self, q, reserved_w, plan, dlt) -> float:
+        """The largest share ``c ∈ [0, 1]`` of the call's reserved weight that the filter
+        admits now (bisection), and about what per-query ε that is (the Gaussian
+        conversion of ``c`` times the query's zCDP cost at the call's δ)."""
+        radius = reserved_radius(plan, q)
+
+        def fits(c: float) -> bool:
+            return self._filter.admits(self._worst(((q, radius, reserved_w * c),)))
+
+        lo, hi = 0.0, 1.0
+        for _ in range(14):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        if lo == 0.0:
+            return 0.0
+        from .accounting import eps_from_rho_delta
+
+        rho = plan.spent.rho_per_step * plan.releases
+        return eps_from_rho_delta(lo * rho, dlt)
 
     def __repr__(self) -> str:
         eps, delta = self._budget
-        where = f", ledger={os.fspath(self._path)!r}" if self._path is not None else ""
+        where = f", ledger={os.fspath(self._db.path)!r}" if self._db is not None else ""
+        spent = self.spent
         return (f"PrivateMemory(n={self._fingerprint['shape'][0]}, "
                 f"d={self._fingerprint['shape'][1]}, radius={self._memory.radius_:g}, "
-                f"budget=({eps:g}, {delta:g}){where})")
+                f"budget=({eps:g}, {delta:g}), accounting={self._accounting!r}{where}; "
+                f"spent {spent:.4g}, remaining {max(0.0, eps - spent):.4g})")
 
+
+_WEIGHTS: dict[Any, np.ndarray] = {}
+
+
+def _weights(event: Any) -> np.ndarray:
+    got = _WEIGHTS.get(event)
+    if got is None:
+        got = event_weights(event)
+        got.setflags(write=False)
+        if len(_WEIGHTS) < 4096:
+            _WEIGHTS[event] = got
+    return got
+
+
+def _call_key(q: np.ndarray, T: int, eps: float, dlt: float, method: str, plan: Any,
+              kw: dict[str, Any]) -> str:
+    """SHA-256 of everything that defines a release: the queries' bytes and shape, the
+    horizon, (ε, δ), the method, the plan's decisions and every other keyword."""
+    h = hashlib.sha256()
+    h.update(np.ascontiguousarray(q, dtype=np.float64).tobytes())
+    other = {k: repr(v) for k, v in sorted(kw.items())
+             if k not in _PLAN_KW and k != "progress"}
+    h.update(json.dumps({
+        "shape": list(q.shape), "steps": T, "epsilon": float(eps).hex(),
+        "delta": float(dlt).hex(), "method": method, "release": plan.release,
+        "gamma": float(plan.gamma).hex(), "kappa": repr(plan.kappa),
+        "projection": plan.output_projection, "accounting": plan.accounting,
+        "other": other,
+    }, sort_keys=True).encode())
+    return h.hexdigest()

@@ -1,61 +1,85 @@
-"""A persistent privacy ledger: every release from one bank, on disk, write-ahead.
+"""The privacy ledger: every release from one bank, in an SQLite database, write-ahead.
 
-The ledger is one JSON file (``docs/ledger.md``). It holds the bank's fingerprint, the
-budget and one record per release; each record carries the release's privacy *events*
-(per-step ρ, γ, dimension and count), so the total is recomposed from the events on
-every load (:func:`compose_records`) rather than trusted from a stored sum. The bank
-itself is never stored.
+``docs/ledger.md`` describes the file, its threat model and why no returned release is
+ever unrecorded. In brief:
 
-* **Write-ahead.** :class:`brace.PrivateMemory` appends the record, writes the file
-  atomically (temporary file, ``fsync``, ``os.replace``, ``fsync`` of the directory) and
-  only then returns the release. A process killed at any point leaves the old ledger or
-  the new one, never a half-written file and never a returned release unrecorded.
-* **Serialised.** Every read-check-append happens under a :class:`filelock.FileLock`
-  on ``<ledger>.lock``, so two processes cannot both spend the last of the budget.
-* **Bound to its bank.** The fingerprint is the SHA-256 of the bank's bytes, shape,
-  dtype and radius (:func:`bank_fingerprint`); opening a ledger with another
-  bank, radius or budget is an error.
-* **Checked.** A checksum over the content detects corruption; a truncated, corrupt or
-  foreign file is a :class:`LedgerError`, never a silent reset.
+* **One transaction per release.** :class:`brace.PrivateMemory` opens ``BEGIN
+  IMMEDIATE`` (the database's write lock), reads what other processes recorded, prices
+  the call, computes the release, inserts it with its footprints and commits — all before
+  the release is returned. WAL journal, ``synchronous=FULL``: a process killed at any
+  point leaves the ledger before or after the release, never a returned release
+  unrecorded. A lock held past ``timeout`` seconds is a :class:`LedgerLockTimeout` that
+  names the file and, where known, the process holding it.
+* **Bound to its bank and budget.** The bank's SHA-256 fingerprint, the radius, the
+  budget and the filter are fixed when the ledger is created (explicitly: ``create=True``
+  or ``brace ledger init``); opening it with another bank, radius or budget is an error.
+* **Checked.** Every release row is chained to the previous one by a SHA-256 digest
+  (keyed HMAC-SHA256 with ``ledger_key`` / ``BRACE_LEDGER_KEY``), and the head of the
+  chain is in the metadata; every field is validated on load. Any damage, edit or
+  deletion that the chain detects is a :class:`LedgerError`, never a silent reset.
+* **Public content only.** Records hold the call's public parameters, its privacy
+  event, the released outputs (for free repeats) and the footprints. Never the bank,
+  never the seed.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as _dt
 import hashlib
+import hmac
 import json
 import math
 import os
-from collections.abc import Iterator, Sequence
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from . import accounting as acc
-from ._io import atomic_write_bytes
 
 __all__ = [
     "LEDGER_FORMAT",
     "LedgerError",
-    "LedgerState",
+    "LedgerLockTimeout",
+    "Ledger",
+    "ReleaseRow",
     "bank_fingerprint",
     "event_to_dict",
     "event_from_dict",
-    "compose_records",
-    "read_ledger",
-    "create_ledger",
-    "write_ledger",
-    "ledger_lock",
+    "read_json_ledger",
+    "ledger_key_from_env",
 ]
 
-LEDGER_FORMAT = "brace-ledger/1"
+LEDGER_FORMAT = "brace-ledger/2"
+JSON_LEDGER_FORMAT = "brace-ledger/1"
+KEY_ENV = "BRACE_LEDGER_KEY"
+_SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 class LedgerError(ValueError):
-    """A ledger file that cannot be trusted: corrupt, truncated, foreign or mismatched."""
+    """A ledger that cannot be trusted or used: missing, corrupt, edited, foreign or
+    mismatched. Every problem with a ledger's content raises this type."""
+
+
+class LedgerLockTimeout(LedgerError, TimeoutError):
+    """Another thread or process held the ledger's write lock past the time-out."""
+
+
+def ledger_key_from_env(key: bytes | str | None) -> bytes | None:
+    """The MAC key: ``key`` if given, else ``$BRACE_LEDGER_KEY``, else None (unkeyed)."""
+    if key is None:
+        key = os.environ.get(KEY_ENV) or None
+    if key is None:
+        return None
+    if isinstance(key, str):
+        key = key.encode("utf-8")
+    if not isinstance(key, bytes) or len(key) < 16:
+        raise ValueError("ledger_key must be at least 16 bytes (or a string of 16+ chars).")
+    return key
 
 
 def bank_fingerprint(bank: Any, radius: float) -> dict[str, Any]:
@@ -100,250 +124,496 @@ def event_to_dict(event: acc.DpEvent) -> dict[str, Any]:
     raise TypeError(f"cannot record event {event!r} (type {type(event).__name__}).")
 
 
+def _num(v: Any, what: str = "number", *, lo: float = 0.0, hi: float = math.inf) -> float:
+    """A finite JSON number in ``[lo, hi)``; :class:`LedgerError` otherwise."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) \
+            or not lo <= v < hi:
+        raise LedgerError(f"ledger {what} must be a finite number in [{lo:g}, {hi:g}); "
+                          f"got {v!r}.")
+    return float(v)
+
+
+def _int(v: Any, what: str, lo: int = 0) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise LedgerError(f"ledger {what} must be an integer >= {lo}; got {v!r}.")
+    return int(v)
+
+
 def event_from_dict(data: Any) -> acc.DpEvent:
-    """The event described by :func:`event_to_dict`'s output; a clear error otherwise."""
+    """The event described by :func:`event_to_dict`'s output; :class:`LedgerError` for
+    anything else (unknown type, missing or non-finite or negative fields)."""
     if not isinstance(data, dict) or "type" not in data:
         raise LedgerError(f"ledger event must be an object with a 'type'; got {data!r}.")
     kind = data["type"]
     try:
         if kind == "GaussianStep":
-            return acc.GaussianStep(_num(data["rho"]))
+            return acc.GaussianStep(_num(data["rho"], "rho"))
         if kind == "SmoothGaussianStep":
-            return acc.SmoothGaussianStep(_num(data["rho"]), _num(data["gamma"]),
-                                          int(data["dim"]))
+            return acc.SmoothGaussianStep(_num(data["rho"], "rho"),
+                                          _num(data["gamma"], "gamma"),
+                                          _int(data["dim"], "dim", 1))
         if kind == "CountedGaussianStep":
-            return acc.CountedGaussianStep(_num(data["rho"]), _num(data["eps_count"]),
-                                           _num(data["delta_count"]))
+            return acc.CountedGaussianStep(_num(data["rho"], "rho"),
+                                           _num(data["eps_count"], "eps_count"),
+                                           _num(data["delta_count"], "delta_count", hi=1.0))
         if kind == "SelfComposed":
-            return acc.SelfComposed(event_from_dict(data["event"]), int(data["count"]))
+            return acc.SelfComposed(event_from_dict(data["event"]),
+                                    _int(data["count"], "count", 1))
         if kind == "Composed":
+            if not isinstance(data["events"], list):
+                raise LedgerError("ledger 'Composed.events' must be a list.")
             return acc.Composed(tuple(event_from_dict(e) for e in data["events"]))
         if kind == "NonPrivateEvent":
             return acc.NonPrivateEvent(str(data.get("reason", "")))
-    except (KeyError, TypeError, ValueError) as exc:
-        if isinstance(exc, LedgerError):
-            raise
-        raise LedgerError(f"malformed ledger event {data!r}: {exc}") from None
+    except KeyError as exc:
+        raise LedgerError(f"malformed ledger event {data!r}: missing {exc}.") from None
     raise LedgerError(f"unknown ledger event type {kind!r}.")
 
 
-def _num(v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-        raise LedgerError(f"ledger number must be finite; got {v!r}.")
-    return float(v)
-
-
-def compose_records(
-    records: Sequence[dict[str, Any]], delta: float, extra: Sequence[dict[str, Any]] = ()
-) -> tuple[float, acc.RdpAccountant, float]:
-    """Compose every record's events in one RDP accountant and convert once.
-
-    Returns ``(epsilon, accountant, delta_extra)``: the per-order RDP curves of all
-    events are summed; the records' non-RDP ``delta_extra`` parts add up as δ; the
-    curve is converted at ``delta − delta_extra`` (ε = ∞ if nothing of δ is left).
-    ``extra`` are records not yet written (a call being priced).
-    """
-    accountant = acc.RdpAccountant()
-    delta_extra = 0.0
-    for rec in (*records, *extra):
-        accountant.compose(event_from_dict(rec["event"]))
-        delta_extra += float(rec.get("delta_extra", 0.0))
-    left = delta - delta_extra
-    if not left > 0.0:
-        return math.inf, accountant, delta_extra
-    return accountant.get_epsilon(left), accountant, delta_extra
-
-
 # --------------------------------------------------------------------------------------
-# The file
+# Rows
 # --------------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class LedgerState:
-    """A ledger as read from disk: fingerprint, budget, releases and their composition.
+@dataclass(frozen=True)
+class ReleaseRow:
+    """One recorded release: its id, the record (public parameters and event), the
+    released arrays (for repeats) and its footprints (centres, radii)."""
 
-    ``spent`` is recomposed from the recorded events at the budget's δ (never read from
-    the file); ``remaining = max(0, budget_epsilon − spent)``.
-    """
-
-    path: str
-    fingerprint: dict[str, Any]
-    budget_epsilon: float
-    budget_delta: float
-    releases: tuple[dict[str, Any], ...]
-    created: str
-    spent: float
-    delta_extra: float
-
-    @property
-    def remaining(self) -> float:
-        return max(0.0, self.budget_epsilon - self.spent)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "fingerprint": dict(self.fingerprint),
-            "budget": {"epsilon": self.budget_epsilon, "delta": self.budget_delta},
-            "created": self.created,
-            "releases": [dict(r) for r in self.releases],
-            "spent_epsilon": _finite_or_none(self.spent),
-            "remaining_epsilon": self.remaining,
-            "at_delta": self.budget_delta,
-            "delta_extra": self.delta_extra,
-        }
-
-    def summary(self) -> str:
-        fp = self.fingerprint
-        lines = [
-            f"ledger {self.path}",
-            f"  bank fingerprint : sha256 {fp['sha256']}",
-            f"                     shape {tuple(fp['shape'])}, dtype {fp['dtype']}, "
-            f"radius {fp['radius']:g}",
-            f"  budget           : ({self.budget_epsilon:g}, {self.budget_delta:g})-DP",
-            f"  releases         : {len(self.releases)}",
-        ]
-        for i, r in enumerate(self.releases, 1):
-            lines.append(
-                f"    {i:>4}. {r['time']}  method={r['method']}  queries={r['queries']}  "
-                f"steps={r['steps']}  per query ({r['epsilon']:g}, {r['delta']:g})  "
-                f"total after: eps = {r['spent_after']:.6g}"
-            )
-        lines += [
-            f"  spent            : eps = {self.spent:.6g} at delta = {self.budget_delta:g}"
-            " (RDP composed over all releases, queries and steps; one conversion)",
-            f"  remaining        : eps = {self.remaining:.6g} of {self.budget_epsilon:g}",
-        ]
-        return "\n".join(lines)
+    id: int
+    time: str
+    call_key: str
+    record: dict[str, Any]
+    outputs: np.ndarray
+    released_counts: np.ndarray | None
+    centres: np.ndarray
+    radii: np.ndarray
 
 
-def _finite_or_none(v: float) -> float | None:
-    return v if math.isfinite(v) else None
+_RECORD_FIELDS = {
+    "method": str, "queries": int, "steps": int, "dim": int, "epsilon": float,
+    "delta": float, "event": dict, "params": dict, "release": str,
+}
 
 
-def _checksum(body: dict[str, Any]) -> str:
-    blob = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return hashlib.sha256(blob.encode()).hexdigest()
+def _check_record(rec: Any, where: str) -> dict[str, Any]:
+    from .plan import PRIVATE_METHODS
+
+    if not isinstance(rec, dict):
+        raise LedgerError(f"{where}: the record must be a JSON object; got "
+                          f"{type(rec).__name__}.")
+    for k, typ in _RECORD_FIELDS.items():
+        if k not in rec:
+            raise LedgerError(f"{where}: the record lacks the field {k!r}.")
+        v = rec[k]
+        ok = (isinstance(v, typ) and not isinstance(v, bool)) if typ is not float else (
+            isinstance(v, int | float) and not isinstance(v, bool))
+        if not ok:
+            raise LedgerError(f"{where}: field {k!r} must be {typ.__name__}; got {v!r}.")
+    if rec["method"] not in PRIVATE_METHODS:
+        raise LedgerError(f"{where}: method {rec['method']!r} is not a private method.")
+    _int(rec["queries"], f"{where} 'queries'", 1)
+    _int(rec["steps"], f"{where} 'steps'", 1)
+    _int(rec["dim"], f"{where} 'dim'", 1)
+    _num(rec["epsilon"], f"{where} 'epsilon'", lo=1e-300)
+    _num(rec["delta"], f"{where} 'delta'", lo=1e-300, hi=1.0)
+    ev = event_from_dict(rec["event"])
+    if isinstance(ev, acc.NonPrivateEvent) or not acc.RdpAccountant().supports(ev):
+        raise LedgerError(f"{where}: the event is not a private step event.")
+    return rec
 
 
-def _reject_constant(name: str) -> float:
-    raise LedgerError(f"ledger holds the non-JSON number {name}.")
+def _digest(key: bytes | None, *parts: bytes) -> str:
+    h = hmac.new(key, digestmod=hashlib.sha256) if key else hashlib.sha256()
+    for p in parts:
+        h.update(len(p).to_bytes(8, "little"))
+        h.update(p)
+    return h.hexdigest()
 
 
-def read_ledger(path: str | os.PathLike) -> LedgerState:
-    """Read and verify a ledger; :class:`LedgerError` if it is not a valid one."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"ledger file not found: {p}")
-    raw = p.read_bytes()
-    try:
-        doc = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise LedgerError(
-            f"ledger {p} is corrupt or truncated ({exc}); it was not changed. Restore it "
-            "from a backup: a ledger is never reset silently."
-        ) from None
-    if not isinstance(doc, dict) or doc.get("format") != LEDGER_FORMAT:
-        raise LedgerError(
-            f"{p} is not a brace ledger (expected format {LEDGER_FORMAT!r}; found "
-            f"{doc.get('format') if isinstance(doc, dict) else type(doc).__name__!r})."
-        )
-    body = {k: v for k, v in doc.items() if k != "checksum"}
-    if doc.get("checksum") != _checksum(body):
-        raise LedgerError(
-            f"ledger {p} fails its checksum: it was edited or damaged. It was not changed; "
-            "restore it from a backup."
-        )
-    try:
-        budget = doc["budget"]
-        b_eps, b_delta = _num(budget["epsilon"]), _num(budget["delta"])
-        releases = tuple(doc["releases"])
-        fp = dict(doc["fingerprint"])
-        created = str(doc["created"])
-    except (KeyError, TypeError) as exc:
-        raise LedgerError(f"ledger {p} lacks a required field: {exc}.") from None
-    spent, _, delta_extra = compose_records(releases, b_delta)
-    return LedgerState(str(p), fp, b_eps, b_delta, releases, created, spent, delta_extra)
-
-
-def _fsync_dir(directory: Path) -> None:
-    with contextlib.suppress(OSError):  # not every platform can open a directory
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def write_ledger(
-    path: str | os.PathLike,
-    fingerprint: dict[str, Any],
-    budget: tuple[float, float],
-    releases: Sequence[dict[str, Any]],
-    created: str,
-) -> None:
-    """Atomically and durably write the ledger (temp file + fsync + replace + dir fsync)."""
-    from . import __version__
-
-    body = {
-        "format": LEDGER_FORMAT,
-        "brace_version": __version__,
-        "created": created,
-        "fingerprint": fingerprint,
-        "budget": {"epsilon": float(budget[0]), "delta": float(budget[1])},
-        "releases": list(releases),
-    }
-    doc = {**body, "checksum": _checksum(body)}
-    p = Path(path)
-    atomic_write_bytes(p, (json.dumps(doc, indent=1, allow_nan=False) + "\n").encode())
-    _fsync_dir(p.parent if str(p.parent) else Path("."))
-
-
-def create_ledger(
-    path: str | os.PathLike, fingerprint: dict[str, Any], budget: tuple[float, float]
-) -> None:
-    """Write an empty ledger (no releases) for this bank and budget."""
-    write_ledger(path, fingerprint, budget, [], now())
+def _canon(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
 def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
 
 
-@contextlib.contextmanager
-def ledger_lock(path: str | os.PathLike, timeout: float = -1) -> Iterator[None]:
-    """Hold the ledger's inter-process lock (``<path>.lock``); ``timeout`` in seconds,
-    −1 waits as long as it takes."""
-    from filelock import FileLock, Timeout
+_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE releases (
+    id INTEGER PRIMARY KEY,
+    time TEXT NOT NULL,
+    call_key TEXT NOT NULL,
+    record TEXT NOT NULL,
+    outputs BLOB NOT NULL,
+    counts BLOB,
+    centres BLOB NOT NULL,
+    radii BLOB NOT NULL,
+    mac TEXT NOT NULL
+);
+CREATE INDEX releases_call_key ON releases (call_key);
+"""
 
-    lock = FileLock(f"{os.fspath(path)}.lock", timeout=timeout)
+
+class Ledger:
+    """An open SQLite ledger (use :meth:`create` or :meth:`open`).
+
+    Not shared between threads without the caller's lock (:class:`brace.PrivateMemory`
+    holds one); each process opens its own.
+    """
+
+    def __init__(self, path: Path, conn: sqlite3.Connection, meta: dict[str, Any],
+                 key: bytes | None, timeout: float) -> None:
+        self.path = path
+        self._conn = conn
+        self.meta = meta
+        self._key = key
+        self.timeout = timeout
+        self._head = meta["head"]
+
+    # ------------------------------------------------------------------------------
+    @staticmethod
+    def _connect(path: Path, timeout: float) -> sqlite3.Connection:
+        conn = sqlite3.connect(os.fspath(path), timeout=timeout, isolation_level=None,
+                               check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        return conn
+
+    @classmethod
+    def create(cls, path: str | os.PathLike, *, fingerprint: dict[str, Any],
+               budget: tuple[float, float], filter_spec: dict[str, Any],
+               key: bytes | str | None = None, timeout: float = 10.0) -> Ledger:
+        """Create a new, empty ledger; refuses an existing file or a missing directory."""
+        from . import __version__
+
+        p = Path(os.fspath(path))
+        _check_path(p, must_exist=False)
+        k = ledger_key_from_env(key)
+        conn = cls._connect(p, timeout)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for stmt in _SCHEMA.strip().split(";"):
+                if stmt.strip():
+                    conn.execute(stmt)
+            meta = {
+                "format": LEDGER_FORMAT,
+                "brace_version": __version__,
+                "created": now(),
+                "fingerprint": fingerprint,
+                "budget": {"epsilon": float(budget[0]), "delta": float(budget[1])},
+                "filter": filter_spec,
+                "mac": "hmac-sha256" if k else "sha256",
+                "head": {"count": 0, "mac": ""},
+            }
+            cls._write_meta(conn, meta, k)
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            conn.close()
+            with contextlib.suppress(OSError):
+                for suffix in ("", "-wal", "-shm"):
+                    Path(os.fspath(p) + suffix).unlink()
+            raise
+        return cls(p, conn, meta, k, timeout)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, *, key: bytes | str | None = None,
+             timeout: float = 10.0) -> Ledger:
+        """Open an existing ledger and verify its metadata (the releases are verified
+        as they are read, :meth:`read_since`)."""
+        p = Path(os.fspath(path))
+        _check_path(p, must_exist=True)
+        k = ledger_key_from_env(key)
+        conn = cls._connect(p, timeout)
+        try:
+            meta = cls._read_meta(conn, p, k)
+        except BaseException:
+            conn.close()
+            raise
+        return cls(p, conn, meta, k, timeout)
+
+    def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self._conn.close()
+
+    # ------------------------------------------------------------------------------
+    @staticmethod
+    def _write_meta(conn: sqlite3.Connection, meta: dict[str, Any], key: bytes | None) -> None:
+        body = {k: v for k, v in meta.items() if k != "meta_mac"}
+        mac = _digest(key, b"meta", _canon(body))
+        for k, v in {**body, "meta_mac": mac}.items():
+            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                         (k, json.dumps(v, allow_nan=False)))
+
+    @staticmethod
+    def _read_meta(conn: sqlite3.Connection, p: Path, key: bytes | None) -> dict[str, Any]:
+        try:
+            rows = conn.execute("SELECT key, value FROM meta").fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"{p} is not a brace ledger database ({exc}).") from None
+        try:
+            meta = {k: json.loads(v) for k, v in rows}
+        except (TypeError, ValueError) as exc:
+            raise LedgerError(f"ledger {p}: metadata is not valid JSON ({exc}).") from None
+        if meta.get("format") != LEDGER_FORMAT:
+            raise LedgerError(f"{p} is not a brace ledger (format {meta.get('format')!r}; "
+                              f"expected {LEDGER_FORMAT!r}).")
+        kind = meta.get("mac")
+        if kind == "hmac-sha256" and key is None:
+            raise LedgerError(
+                f"ledger {p} is keyed (HMAC-SHA256): pass ledger_key= or set "
+                f"${KEY_ENV} to open it.")
+        if kind == "sha256" and key is not None:
+            raise LedgerError(
+                f"ledger {p} is not keyed, but a ledger key was given (ledger_key= or "
+                f"${KEY_ENV}); open it without a key, or create a keyed ledger.")
+        if kind not in ("sha256", "hmac-sha256"):
+            raise LedgerError(f"ledger {p}: unknown integrity scheme {kind!r}.")
+        body = {k: v for k, v in meta.items() if k != "meta_mac"}
+        if not hmac.compare_digest(str(meta.get("meta_mac", "")),
+                                   _digest(key, b"meta", _canon(body))):
+            raise LedgerError(
+                f"ledger {p} fails its integrity check (metadata): it was edited or "
+                "damaged" + (", or the key is wrong" if key else "") + ". It was not changed; "
+                "restore it from a backup.")
+        try:
+            b = meta["budget"]
+            _num(b["epsilon"], "budget epsilon", lo=1e-300)
+            _num(b["delta"], "budget delta", lo=1e-300, hi=1.0)
+            fp = meta["fingerprint"]
+            if not isinstance(fp, dict) or not isinstance(fp.get("sha256"), str):
+                raise LedgerError(f"ledger {p}: malformed fingerprint.")
+            head = meta["head"]
+            _int(head["count"], "head count")
+            str(head["mac"])
+            if not isinstance(meta["filter"], dict):
+                raise LedgerError(f"ledger {p}: malformed filter.")
+        except (KeyError, TypeError) as exc:
+            raise LedgerError(f"ledger {p} lacks a required field: {exc}.") from None
+        return meta
+
+    # ------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """``BEGIN IMMEDIATE`` … ``COMMIT`` (rolled back on any error). Waits at most
+        ``timeout`` seconds for the write lock, then raises :class:`LedgerLockTimeout`."""
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise LedgerLockTimeout(
+                    f"could not lock ledger {self.path} within {self.timeout:g} s: "
+                    f"{_holder(self.path)}. Nothing was released or spent; retry later "
+                    "or raise lock_timeout.") from None
+            raise LedgerError(f"ledger {self.path}: {exc}") from None
+        _write_holder(self.path)
+        try:
+            meta = self._read_meta(self._conn, self.path, self._key)
+            self.meta = meta
+            yield
+            self._conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.execute("ROLLBACK")
+            self.meta["head"] = self._head
+            raise
+        finally:
+            with contextlib.suppress(OSError):
+                Path(os.fspath(self.path) + ".holder").unlink()
+
+    def refresh_meta(self) -> None:
+        """Re-read (and verify) the metadata outside a transaction."""
+        self.meta = self._read_meta(self._conn, self.path, self._key)
+
+    def read_since(self, after: int, prev_mac: str) -> list[ReleaseRow]:
+        """Releases with ``id > after``, each verified against the chain that ends at
+        ``prev_mac`` (the MAC of release ``after``), and the chain's end against the head
+        in the metadata."""
+        head = self.meta["head"]
+        rows = self._conn.execute(
+            "SELECT id, time, call_key, record, outputs, counts, centres, radii, mac "
+            "FROM releases WHERE id > ? ORDER BY id", (after,)).fetchall()
+        out: list[ReleaseRow] = []
+        mac = prev_mac
+        expect = after + 1
+        for row in rows:
+            rid = row[0]
+            if rid != expect:
+                raise LedgerError(
+                    f"ledger {self.path}: release {expect} is missing (found {rid}): a "
+                    "record was deleted. It was not changed; restore it from a backup.")
+            mac = self._verify_row(row, mac)
+            out.append(self._parse_row(row))
+            expect += 1
+        if expect - 1 != head["count"] or mac != head["mac"]:
+            raise LedgerError(
+                f"ledger {self.path} fails its integrity check: it holds {expect - 1} "
+                f"release(s) but its head says {head['count']}"
+                + ("" if expect - 1 != head["count"] else " (a record was edited)")
+                + ". It was not changed; restore it from a backup.")
+        self._head = dict(head)
+        return out
+
+    def _row_mac(self, prev: str, rid: int, time: str, call_key: str, record: str,
+                 outputs: bytes, counts: bytes | None, centres: bytes, radii: bytes) -> str:
+        return _digest(self._key, b"release", prev.encode(), str(rid).encode(), time.encode(),
+                       call_key.encode(), record.encode(), outputs,
+                       b"-" if counts is None else b"+" + counts, centres, radii)
+
+    def _verify_row(self, row: tuple, prev: str) -> str:
+        rid, time, call_key, record, outputs, counts, centres, radii, mac = row
+        try:
+            want = self._row_mac(prev, rid, time, call_key, record, bytes(outputs),
+                                 None if counts is None else bytes(counts), bytes(centres),
+                                 bytes(radii))
+        except (TypeError, AttributeError) as exc:
+            raise LedgerError(f"ledger {self.path}: release {rid} is malformed ({exc}).") \
+                from None
+        if not hmac.compare_digest(str(mac), want):
+            raise LedgerError(
+                f"ledger {self.path} fails its integrity check at release {rid}: it was "
+                "edited or damaged" + (", or the key is wrong" if self._key else "")
+                + ". It was not changed; restore it from a backup.")
+        return want
+
+    def _parse_row(self, row: tuple) -> ReleaseRow:
+        rid, time, call_key, record, outputs, counts, centres, radii, _ = row
+        where = f"ledger {self.path}, release {rid}"
+        try:
+            rec = json.loads(record, parse_constant=_reject_constant)
+        except ValueError as exc:
+            raise LedgerError(f"{where}: the record is not valid JSON ({exc}).") from None
+        rec = _check_record(rec, where)
+        Q, d = rec["queries"], rec["dim"]
+        T = 1 if rec["method"] == "endpoint" else rec["steps"]
+        out = _array(outputs, np.float64, (Q, T, d), where, "outputs")
+        cnt = None if counts is None else _array(counts, np.int64, (Q, T), where, "counts")
+        k = Q * T
+        c = _array(centres, np.float64, (k, d), where, "footprint centres")
+        r = _array(radii, np.float64, (k,), where, "footprint radii", allow_inf=True)
+        if not np.all(r > 0):
+            raise LedgerError(f"{where}: footprint radii must be > 0.")
+        return ReleaseRow(rid, str(time), str(call_key), rec, out, cnt, c, r)
+
+    def append(self, *, call_key: str, record: dict[str, Any], outputs: np.ndarray,
+               released_counts: np.ndarray | None, centres: np.ndarray,
+               radii: np.ndarray) -> ReleaseRow:
+        """Insert one release (inside :meth:`transaction`) and advance the head."""
+        head = self.meta["head"]
+        rid = int(head["count"]) + 1
+        t = now()
+        rec = json.dumps(record, sort_keys=True, allow_nan=False)
+        ob = np.ascontiguousarray(outputs, dtype=np.float64).tobytes()
+        cb = None if released_counts is None else np.ascontiguousarray(
+            released_counts, dtype=np.int64).tobytes()
+        ctb = np.ascontiguousarray(centres, dtype=np.float64).tobytes()
+        rb = np.ascontiguousarray(radii, dtype=np.float64).tobytes()
+        mac = self._row_mac(str(head["mac"]), rid, t, call_key, rec, ob, cb, ctb, rb)
+        self._conn.execute(
+            "INSERT INTO releases (id, time, call_key, record, outputs, counts, centres, "
+            "radii, mac) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (rid, t, call_key, rec, ob, cb, ctb, rb, mac))
+        self.meta = {**self.meta, "head": {"count": rid, "mac": mac}}
+        self._write_meta(self._conn, self.meta, self._key)
+        return ReleaseRow(rid, t, call_key, json.loads(rec), np.asarray(outputs, np.float64),
+                          released_counts, np.asarray(centres, np.float64),
+                          np.asarray(radii, np.float64))
+
+    def find_repeat(self, call_key: str) -> int | None:
+        """The id of the first release with this call key, or None."""
+        row = self._conn.execute("SELECT MIN(id) FROM releases WHERE call_key = ?",
+                                 (call_key,)).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+
+def _reject_constant(name: str) -> float:
+    raise LedgerError(f"ledger holds the non-JSON number {name}.")
+
+
+def _array(blob: Any, dtype: Any, shape: tuple[int, ...], where: str, what: str,
+           allow_inf: bool = False) -> np.ndarray:
+    if not isinstance(blob, bytes | memoryview):
+        raise LedgerError(f"{where}: {what} must be a blob.")
+    a = np.frombuffer(bytes(blob), dtype=dtype)
+    if a.size != math.prod(shape):
+        raise LedgerError(f"{where}: {what} has {a.size} values; expected shape {shape}.")
+    a = a.reshape(shape).copy()
+    if a.dtype.kind == "f":
+        bad = np.isnan(a) if allow_inf else ~np.isfinite(a)
+        if np.any(bad):
+            raise LedgerError(f"{where}: {what} holds non-finite values.")
+    return a
+
+
+def _check_path(p: Path, *, must_exist: bool) -> None:
+    if p.is_dir():
+        raise LedgerError(f"ledger path {p} is a directory; give a file name such as "
+                          f"{p / 'ledger.db'}.")
+    if must_exist:
+        if not p.exists():
+            raise LedgerError(
+                f"ledger {p} does not exist. Create it explicitly (PrivateMemory(..., "
+                f"create=True) or 'brace ledger init {p}'); a mistyped path never starts "
+                "a fresh budget.")
+        with open(p, "rb") as fh:
+            head = fh.read(16)
+        if head != _SQLITE_MAGIC:
+            if head[:1] in (b"{", b"[", b" ", b"\n"):
+                raise LedgerError(
+                    f"{p} looks like a JSON ledger of an earlier version; migrate it with "
+                    f"'brace ledger migrate {p} NEW.db' (or brace.ledger.migrate_json).")
+            raise LedgerError(f"{p} is not a brace ledger database (corrupt or foreign).")
+        return
+    if p.exists():
+        raise LedgerError(f"ledger {p} already exists; open it (create=False) or choose "
+                          "another path.")
+    if not p.parent.is_dir():
+        raise LedgerError(f"cannot create ledger {p}: the directory {p.parent} does not "
+                          "exist (it is never created implicitly).")
+
+
+def _write_holder(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        Path(os.fspath(path) + ".holder").write_text(
+            json.dumps({"pid": os.getpid(), "since": now()}))
+
+
+def _holder(path: Path) -> str:
     try:
-        lock.acquire()
-    except Timeout:
-        raise TimeoutError(
-            f"could not lock ledger {path} within {timeout} s: another process holds it."
-        ) from None
+        info = json.loads(Path(os.fspath(path) + ".holder").read_text())
+        return (f"process {int(info['pid'])} holds it (since {info['since']}, per "
+                f"{os.fspath(path)}.holder)")
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another thread or process holds its write lock"
+
+
+# --------------------------------------------------------------------------------------
+# Ledgers of the earlier JSON format
+# --------------------------------------------------------------------------------------
+
+
+def read_json_ledger(path: str | os.PathLike) -> dict[str, Any]:
+    """Read and verify a ledger of the earlier JSON format (``brace-ledger/1``) for
+    migration: ``{"fingerprint", "budget", "created", "releases"}``."""
+    p = Path(path)
     try:
-        yield
-    finally:
-        lock.release()
-
-
-def check_binding(
-    state: LedgerState, fingerprint: dict[str, Any], budget: tuple[float, float]
-) -> None:
-    """A ledger opened with another bank (or radius) or another budget is an error."""
-    if state.fingerprint.get("sha256") != fingerprint["sha256"]:
-        fp = state.fingerprint
-        raise LedgerError(
-            f"ledger {state.path} belongs to another bank: its fingerprint is "
-            f"{fp.get('sha256')} (shape {fp.get('shape')}, radius {fp.get('radius')}), this "
-            f"bank's is {fingerprint['sha256']} (shape {fingerprint['shape']}, radius "
-            f"{fingerprint['radius']}). Use the ledger of this bank, or a new ledger file."
-        )
-    if (state.budget_epsilon, state.budget_delta) != (float(budget[0]), float(budget[1])):
-        raise LedgerError(
-            f"ledger {state.path} was created with budget ({state.budget_epsilon:g}, "
-            f"{state.budget_delta:g}); it was opened with ({budget[0]:g}, {budget[1]:g}). "
-            "A ledger's budget is fixed when it is created."
-        )
+        doc = json.loads(p.read_text(encoding="utf-8"), parse_constant=_reject_constant)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise LedgerError(f"cannot read JSON ledger {p}: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("format") != JSON_LEDGER_FORMAT:
+        raise LedgerError(f"{p} is not a JSON ledger ({JSON_LEDGER_FORMAT}).")
+    body = {k: v for k, v in doc.items() if k != "checksum"}
+    blob = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    if doc.get("checksum") != hashlib.sha256(blob.encode()).hexdigest():
+        raise LedgerError(f"JSON ledger {p} fails its checksum; it was not migrated.")
+    try:
+        rel = doc["releases"]
+        if not isinstance(rel, list):
+            raise LedgerError(f"JSON ledger {p}: 'releases' must be a list.")
+        return {"fingerprint": dict(doc["fingerprint"]), "budget": dict(doc["budget"]),
+                "created": str(doc["created"]), "releases": rel}
+    except (KeyError, TypeError) as exc:
+        raise LedgerError(f"JSON ledger {p} lacks a required field: {exc}.") from None
