@@ -28,9 +28,10 @@ from typing import Any
 
 import numpy as np
 
+from . import accounting as acc_events
 from . import ledger as _ledger
 from ._validation import check_delta, check_epsilon, check_queries, check_steps
-from .filter import K, FilterSpec, FootprintIndex, convert, event_weights
+from .filter import FilterSpec, FootprintIndex, K, convert, event_weights
 from .footprints import footprints, reserved_radius
 from .mechanisms import (
     DIAGNOSTIC_FIELDS,
@@ -41,7 +42,8 @@ from .mechanisms import (
 from .memory import LSRMemory, pins_bank
 from .plan import plan_release
 
-__all__ = ["BudgetExceededError", "PrivateMemory", "ACCOUNTINGS", "QUERY_DELTA_SHARE"]
+__all__ = ["BudgetExceededError", "PrivateMemory", "ACCOUNTINGS", "QUERY_DELTA_SHARE",
+           "LedgerState", "inspect_ledger", "migrate_json_ledger"]
 
 ACCOUNTINGS = ("local", "global")
 #: default per-query δ of :meth:`PrivateMemory.retrieve`: this share of the budget's δ
@@ -432,8 +434,9 @@ class PrivateMemory:
         before = convert(self._worst(()), b_delta)
         after = convert(worst, b_delta)
         left = max(0.0, b_eps - before)
-        what = (f"this release ({_plural(q.shape[0], 'query', 'queries')} x {_plural(T, 'step')} at "
-                f"({eps:g}, {dlt:g}) per query, {method}, {plan.release} release)")
+        what = (f"this release ({_plural(q.shape[0], 'query', 'queries')} x "
+                f"{_plural(T, 'step')} at ({eps:g}, {dlt:g}) per query, {method}, "
+                f"{plan.release} release)")
         if not worst[K] <= self._filter.delta_direct:
             raise BudgetExceededError(
                 f"{what} would bring the direct failure probability charged to one pair "
@@ -458,7 +461,8 @@ class PrivateMemory:
                 "No call of this shape fits: ask for fewer queries or steps."
                 if afford == 0.0 else
                 f"The same call fits at a per-query epsilon of about {afford:.3g} "
-                "(Gaussian conversion of its admissible share).") + where + " Nothing was released or spent.",
+                "(Gaussian conversion of its admissible share).")
+            + where + " Nothing was released or spent.",
             spent=before, remaining=left, requested_total=after, reason="epsilon",
             affordable_epsilon=afford)
 
@@ -521,3 +525,132 @@ def _call_key(q: np.ndarray, T: int, eps: float, dlt: float, method: str, plan: 
         "other": other,
     }, sort_keys=True).encode())
     return h.hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerState:
+    """A ledger as read from disk (no bank needed): its binding, budget, filter, records
+    and what they spend under both accountings (ε at the budget's δ, worst pair)."""
+
+    path: str
+    fingerprint: dict[str, Any]
+    budget_epsilon: float
+    budget_delta: float
+    filter: dict[str, Any]
+    created: str
+    releases: tuple[dict[str, Any], ...]
+    spent_local: float
+    spent_global: float
+
+    @property
+    def remaining(self) -> float:
+        """``budget ε − spent_local`` (≥ 0): local never reports more than global."""
+        return max(0.0, self.budget_epsilon - self.spent_local)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path, "fingerprint": dict(self.fingerprint),
+            "budget": {"epsilon": self.budget_epsilon, "delta": self.budget_delta},
+            "filter": dict(self.filter), "created": self.created,
+            "releases": [dict(r) for r in self.releases],
+            "spent_local_epsilon": _finite(self.spent_local),
+            "spent_global_epsilon": _finite(self.spent_global),
+            "remaining_epsilon": self.remaining, "at_delta": self.budget_delta,
+        }
+
+    def summary(self, last: int = 20) -> str:
+        fp = self.fingerprint
+        lines = [
+            f"ledger {self.path}",
+            f"  bank fingerprint : sha256 {fp.get('sha256')}",
+            f"                     shape {tuple(fp.get('shape', ()))}, dtype "
+            f"{fp.get('dtype')}, radius {fp.get('radius')}",
+            f"  budget           : ({self.budget_epsilon:g}, {self.budget_delta:g})-DP over "
+            "the whole adaptive history (privacy filter, docs/privacy-accounting.md §12)",
+            f"  releases         : {len(self.releases)}",
+        ]
+        shown = self.releases[-last:]
+        first = len(self.releases) - len(shown) + 1
+        if first > 1:
+            lines.append(f"    ... {first - 1} earlier release(s) not shown")
+        for i, r in enumerate(shown, first):
+            lines.append(
+                f"    {i:>5}. method={r['method']}  release={r.get('release')}  "
+                f"{_plural(r['queries'], 'query', 'queries')} x "
+                f"{_plural(r['steps'], 'step')}  per query ({r['epsilon']:g}, "
+                f"{r['delta']:g})")
+        lines += [
+            f"  spent (local)    : eps = {self.spent_local:.6g} at delta = "
+            f"{self.budget_delta:g} (worst pair of neighbours; steps charged where their "
+            "footprints reach)",
+            f"  spent (global)   : eps = {self.spent_global:.6g} at delta = "
+            f"{self.budget_delta:g} (every step charged to every row)",
+            f"  remaining        : eps = {self.remaining:.6g} of {self.budget_epsilon:g}",
+        ]
+        return "\n".join(lines)
+
+
+def _finite(v: float) -> float | None:
+    return v if math.isfinite(v) else None
+
+
+def inspect_ledger(path: str | os.PathLike, *, ledger_key: bytes | str | None = None
+                   ) -> LedgerState:
+    """Read and verify a ledger without its bank (:class:`LedgerState`)."""
+    db = _ledger.Ledger.open(path, key=ledger_key)
+    try:
+        rows = db.read_since(0, "")
+        meta = db.meta
+    finally:
+        db.close()
+    dim = int(meta["fingerprint"].get("shape", [0, 1])[1])
+    index = FootprintIndex(dim)
+    for row in rows:
+        w = _weights(_ledger.event_from_dict(row.record["event"]))
+        index.add(row.centres, row.radii, np.broadcast_to(w, (row.radii.shape[0], K + 1)))
+    b = meta["budget"]
+    delta = float(b["delta"])
+    return LedgerState(
+        str(path), dict(meta["fingerprint"]), float(b["epsilon"]), delta,
+        dict(meta["filter"]), str(meta["created"]), tuple(r.record for r in rows),
+        convert(index.worst_pair(), delta), convert(index.total, delta))
+
+
+def migrate_json_ledger(source: str | os.PathLike, target: str | os.PathLike, *,
+                        ledger_key: bytes | str | None = None) -> LedgerState:
+    """Migrate a JSON ledger of the earlier format (``brace-ledger/1``) to a new SQLite
+    ledger: same bank fingerprint and budget; each old release is recorded with its
+    event and footprints of infinite radius (it is charged to every row, as it was),
+    and can never be a free repeat (its outputs were not recorded)."""
+    old = _ledger.read_json_ledger(source)
+    b = old["budget"]
+    budget = _check_budget((b.get("epsilon"), b.get("delta")))
+    spec = dataclasses.asdict(FilterSpec.for_budget(*budget))
+    spec["orders"] = list(spec["orders"])
+    fp = old["fingerprint"]
+    dim = int(fp["shape"][1])
+    db = _ledger.Ledger.create(target, fingerprint=fp, budget=budget, filter_spec=spec,
+                               key=ledger_key)
+    try:
+        with db.transaction():
+            for i, rec in enumerate(old["releases"], 1):
+                if not isinstance(rec, dict):
+                    raise _ledger.LedgerError(f"JSON ledger {source}: release {i} is not "
+                                              "an object.")
+                ev = _ledger.event_from_dict(rec.get("event"))
+                step, count = (ev.event, ev.count) if isinstance(
+                    ev, acc_events.SelfComposed) else (ev, 1)
+                new = {k: rec.get(k) for k in ("method", "epsilon", "delta", "params")}
+                # one footprint per recorded step, of infinite radius; shaped as
+                # ``count`` one-step queries (the old outputs were not recorded)
+                new.update(queries=int(count), steps=1, dim=dim,
+                           release=str((rec.get("params") or {}).get("release", "migrated")),
+                           event=_ledger.event_to_dict(step), migrated_from=str(source),
+                           privacy={})
+                c = int(count)
+                db.append(call_key=f"migrated:{i}", record=new,
+                          outputs=np.zeros((c, 1, dim)), released_counts=None,
+                          centres=np.zeros((c, dim)), radii=np.full(c, math.inf))
+    finally:
+        db.close()
+    return inspect_ledger(target, ledger_key=ledger_key)

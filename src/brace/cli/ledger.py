@@ -1,60 +1,110 @@
-"""``brace ledger show FILE``: a privacy ledger's releases, composed total, what is left
-and the bank fingerprint; or what a saved release spends (docs/ledger.md)."""
+"""``brace ledger init | show | migrate``: create a privacy ledger for a bank, show a
+ledger (or what a saved release spends), migrate a JSON ledger of an earlier version
+(docs/ledger.md)."""
 
 from __future__ import annotations
 
 import argparse
-import json
 
-__all__ = ["add_parser", "run_show"]
+from ._args import finite_float
+
+__all__ = ["add_parser", "run_init", "run_show", "run_migrate"]
 
 
 def add_parser(sub) -> None:
     """Register ``brace ledger``."""
     p = sub.add_parser(
         "ledger",
-        help="show a privacy ledger (or what a saved release spends)",
-        description="Show a privacy ledger written by 'brace retrieve --ledger' or "
-        "brace.PrivateMemory: its releases, the composed total, what is left and the bank "
-        "fingerprint. Given a saved release (.npz/.json from 'brace retrieve --out'), show "
-        "what it spends and, with --ledger, whether it would fit (nothing is spent).",
+        help="create, show or migrate a privacy ledger",
+        description="A privacy ledger (SQLite) records every release from one bank and "
+        "enforces its total budget (docs/ledger.md). 'init' creates one for a bank; "
+        "'show' prints a ledger (or what a saved release spends); 'migrate' converts a "
+        "JSON ledger of an earlier version.",
     )
     lsub = p.add_subparsers(dest="ledger_command", metavar="ACTION", parser_class=type(p))
     lsub.required = True
+    init = lsub.add_parser("init", help="create a ledger for a bank and a budget")
+    init.add_argument("file", help="new ledger file (e.g. ledger.db); must not exist")
+    init.add_argument("--bank", required=True, help="bank .npy/.csv (n, d)")
+    init.add_argument("--radius", type=finite_float, required=True, help="support radius r")
+    init.add_argument("--budget", type=finite_float, required=True,
+                      help="total epsilon of everything released from the bank")
+    init.add_argument("--budget-delta", type=finite_float, default=1e-5,
+                      help="delta of the total budget")
+    init.set_defaults(func=run_init)
     show = lsub.add_parser("show", help="print a ledger or a saved release's spend")
-    show.add_argument("file", help="ledger .json, or a saved release .npz/.json")
+    show.add_argument("file", help="ledger .db, or a saved release .npz/.json")
     show.add_argument("--ledger", default=None,
-                      help="with a saved release: the ledger to price it against (read "
+                      help="with a saved release: the ledger to compare it with (read "
                       "only; default: none)")
+    show.add_argument("--last", type=int, default=20, help="releases listed (most recent)")
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(func=run_show)
+    mig = lsub.add_parser("migrate", help="convert a JSON ledger (brace-ledger/1) to SQLite")
+    mig.add_argument("source", help="the JSON ledger")
+    mig.add_argument("target", help="the new ledger file (must not exist)")
+    mig.set_defaults(func=run_migrate)
 
 
-def _is_ledger(path: str) -> bool:
+def run_init(args: argparse.Namespace) -> int:
+    """Carry out ``brace ledger init``."""
+    from .._io import load_npy
+    from ..budget import PrivateMemory
+
+    bank = load_npy(args.bank, "bank")
+    pm = PrivateMemory(bank, radius=args.radius, budget=(args.budget, args.budget_delta),
+                       ledger=args.file, create=True)
+    f = pm.filter
+    print(f"created ledger {args.file} for bank {args.bank} (n = {bank.shape[0]}, d = "
+          f"{bank.shape[1]}, radius {args.radius:g}), budget ({args.budget:g}, "
+          f"{args.budget_delta:g}); filter orders "
+          + ", ".join(f"{o:.4g}" for o in f.to_dict()["orders"])
+          + f", direct delta share {f.delta_direct:g}")
+    return 0
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    """Carry out ``brace ledger migrate``."""
+    from ..budget import migrate_json_ledger
+
+    state = migrate_json_ledger(args.source, args.target)
+    print(f"migrated {len(state.releases)} release(s) from {args.source} to {args.target} "
+          f"(charged to every row, as before)")
+    print(state.summary())
+    return 0
+
+
+def _is_release(path: str) -> bool:
     from pathlib import Path
 
-    from ..ledger import LEDGER_FORMAT
+    return Path(path).suffix.lower() in (".npz", ".json") and _json_result(path)
+
+
+def _json_result(path: str) -> bool:
+    import json
+    from pathlib import Path
 
     p = Path(path)
-    if p.suffix.lower() != ".json" or not p.is_file():
-        return False
+    if p.suffix.lower() == ".npz":
+        return True
     try:
         head = json.loads(p.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        return True  # let read_ledger report the damage
-    return not isinstance(head, dict) or head.get("format") == LEDGER_FORMAT or \
-        "schema" not in head
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(head, dict) and "schema" in head
 
 
 def run_show(args: argparse.Namespace) -> int:
     """Carry out ``brace ledger show``."""
     from .._io import dumps_strict
-    from ..ledger import compose_records, event_to_dict, read_ledger
+    from ..accounting import RdpAccountant
+    from ..budget import inspect_ledger
     from ..results import load_result
 
-    if _is_ledger(args.file):
-        state = read_ledger(args.file)
-        print(dumps_strict(state.to_dict(), indent=2) if args.json else state.summary())
+    if not _is_release(args.file):
+        state = inspect_ledger(args.file)
+        print(dumps_strict(state.to_dict(), indent=2) if args.json
+              else state.summary(last=args.last))
         return 0
     res = load_result(args.file)
     if res.privacy is None or not res.is_private:
@@ -66,26 +116,39 @@ def run_show(args: argparse.Namespace) -> int:
               f"({reason}); a ledger refuses it.")
         return 0
     p = res.privacy
-    record = {"event": event_to_dict(p.call_event), "delta_extra": 0.0}
+    from ..ledger import event_to_dict
+
     info: dict = {"file": str(args.file), "method": res.method, "is_private": True,
                   "queries": p.queries, "steps": p.steps, "dim": p.dim,
                   "per_query": {"epsilon": p.epsilon, "delta": p.delta},
                   "epsilon_total": p.epsilon_total, "at_delta": p.delta,
-                  "event": record["event"]}
+                  "event": event_to_dict(p.call_event)}
     lines = [f"release {args.file}: method {res.method}, {p.queries} queries x {p.steps} "
              f"step(s), d = {p.dim}",
-             f"  per query            : ({p.epsilon:g}, {p.delta:g})-DP",
-             f"  all queries composed : eps = {p.epsilon_total:.6g} at delta = {p.delta:g}"]
-    if args.ledger is not None:
-        state = read_ledger(args.ledger)
-        after, _, _ = compose_records(state.releases, state.budget_delta, extra=[record])
-        fits = after <= state.budget_epsilon
-        info["ledger"] = {"path": str(args.ledger), "spent": state.spent,
-                          "total_with_release": after, "budget_epsilon": state.budget_epsilon,
-                          "at_delta": state.budget_delta, "fits": fits}
+             f"  per query            : ({p.epsilon:g}, {p.delta:g})-DP"]
+    delta_e = p.delta_count * p.steps * p.queries if p.release == "count" else 0.0
+    if p.queries > 1 and delta_e > 0:
+        at = min(p.delta * p.queries, 0.5)
+        tot = RdpAccountant().compose(p.call_event).get_epsilon(at)
+        info["epsilon_total_at"] = {"epsilon": tot, "delta": at}
         lines.append(
-            f"  against {args.ledger}: spent {state.spent:.6g}; with this release "
-            f"{after:.6g} of {state.budget_epsilon:g} at delta = {state.budget_delta:g} "
-            f"({'fits' if fits else 'OVER BUDGET'}; nothing was spent)")
+            f"  all queries composed : eps = {tot:.6g} at delta = {at:g} (each query spends "
+            f"part of its delta directly on the count proposals, {delta_e:g} in all, so at "
+            f"the per-query delta the composition is infinite; it is stated at "
+            f"{p.queries} x the per-query delta: the deltas add)")
+    else:
+        lines.append(f"  all queries composed : eps = {p.epsilon_total:.6g} at delta = "
+                     f"{p.delta:g}")
+    if args.ledger is not None:
+        state = inspect_ledger(args.ledger)
+        info["ledger"] = {"path": str(args.ledger), "spent_local": state.spent_local,
+                          "spent_global": state.spent_global,
+                          "budget_epsilon": state.budget_epsilon,
+                          "at_delta": state.budget_delta}
+        lines.append(
+            f"  ledger {args.ledger}: spent {state.spent_local:.6g} (local), "
+            f"{state.spent_global:.6g} (global) of {state.budget_epsilon:g} at delta = "
+            f"{state.budget_delta:g}; whether this release fits depends on where its "
+            "queries are: ask 'brace retrieve --ledger' (a refused call spends nothing)")
     print(dumps_strict(info, indent=2) if args.json else "\n".join(lines))
     return 0

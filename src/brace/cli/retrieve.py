@@ -41,13 +41,16 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=None,
                    help="seed of the noise (default: fresh OS entropy, not reproducible)")
     p.add_argument("--ledger", default=None,
-                   help="privacy ledger (.json, created if missing): charge the release to "
-                   "its budget; refused if it would exceed it (default: no ledger)")
-    p.add_argument("--budget", type=finite_float, default=None,
-                   help="total epsilon of the ledger (no default: required to create one; "
-                   "an existing ledger's budget is read from it)")
-    p.add_argument("--budget-delta", type=finite_float, default=None,
-                   help="delta of the ledger's budget (default 1e-5 for a new ledger)")
+                   help="privacy ledger file (create it first with 'brace ledger init'): "
+                   "charge the release to its budget; refused if it does not fit "
+                   "(default: no ledger)")
+    p.add_argument("--ledger-accounting", choices=("local", "global"), default="local",
+                   help="how the ledger charges releases (docs/ledger.md)")
+    p.add_argument("--lock-timeout", type=finite_float, default=10.0,
+                   help="seconds to wait for the ledger's write lock")
+    p.add_argument("--fresh", action="store_true",
+                   help="with --ledger: new noise for a call identical to a recorded one "
+                   "(which is otherwise returned again, free)")
     p.set_defaults(func=run)
 
 
@@ -70,7 +73,6 @@ def _progress_bar(steps: int, queries: int):
 
 def run(args: argparse.Namespace) -> int:
     """Carry out ``brace retrieve`` for parsed ``args``."""
-    from pathlib import Path
 
     from .._io import check_output_path, load_npy
     from .._validation import check_steps
@@ -84,8 +86,6 @@ def run(args: argparse.Namespace) -> int:
                           "--ledger": args.ledger},
         overwrite=args.overwrite, suffixes=(".npz", ".json"),
     )
-    if args.ledger is None and (args.budget is not None or args.budget_delta is not None):
-        raise ValueError("--budget and --budget-delta need --ledger FILE.")
     check_steps(args.steps)  # before any work (and before a progress bar is shown)
     private = args.method != "none"
     if args.ledger is not None:
@@ -106,17 +106,13 @@ def run(args: argparse.Namespace) -> int:
         )
     budget = None
     if args.ledger is not None:
-        from ..ledger import read_ledger
+        from ..ledger import Ledger
 
-        if Path(args.ledger).exists():
-            st = read_ledger(args.ledger)
-            budget = (st.budget_epsilon if args.budget is None else args.budget,
-                      st.budget_delta if args.budget_delta is None else args.budget_delta)
-        elif args.budget is None:
-            raise ValueError(f"--budget is required to create the ledger {args.ledger} "
-                             "(its total epsilon).")
-        else:
-            budget = (args.budget, 1e-5 if args.budget_delta is None else args.budget_delta)
+        db = Ledger.open(args.ledger, timeout=args.lock_timeout)
+        budget = (db.meta["budget"]["epsilon"], db.meta["budget"]["delta"])
+        db.close()
+    elif args.fresh:
+        raise ValueError("--fresh needs --ledger FILE.")
     bank = load_npy(args.bank, "bank")
     queries = load_npy(args.queries, "queries")
     mem = LSRMemory(bank, beta=args.beta, radius=args.radius)
@@ -133,10 +129,11 @@ def run(args: argparse.Namespace) -> int:
             try:
                 if args.ledger is not None:
                     pm = PrivateMemory(bank, radius=mem.radius_, budget=budget,
-                                       ledger=args.ledger)
+                                       ledger=args.ledger, lock_timeout=args.lock_timeout,
+                                       accounting=args.ledger_accounting)
                     res = pm.retrieve(queries, steps=args.steps, epsilon=args.epsilon,
                                       delta=args.delta, method=args.method, seed=args.seed,
-                                      progress=progress, **kw)
+                                      progress=progress, fresh=args.fresh, **kw)
                 else:
                     res = private_retrieve(mem, queries, method=args.method,
                                            epsilon=args.epsilon, delta=args.delta,
@@ -150,7 +147,8 @@ def run(args: argparse.Namespace) -> int:
     print(res.summary(diagnostics=args.diagnostics) if private else res.summary())
     if args.ledger is not None:
         print(f"ledger {args.ledger}: spent eps = {pm.spent:.6g} of {budget[0]:g} at delta = "
-              f"{budget[1]:g} (all releases composed); remaining eps = {pm.remaining:.6g}")
+              f"{budget[1]:g} ({pm.accounting} accounting, worst pair of neighbouring "
+              f"banks); remaining eps = {pm.remaining:.6g}")
     what = "released states" if res.is_private else "states (NOT PRIVATE)"
     print(f"wrote {res.outputs.shape} {what} to {out}")
     return 0
