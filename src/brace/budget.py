@@ -102,13 +102,13 @@ class PrivateMemory:
         The private memories (an array, a memory map, a Dask array, or an
         :class:`LSRMemory`, whose bank, radius and β are taken).
     radius : float
-        Support radius ``r`` (as :class:`LSRMemory`); optional when ``bank`` is an
-        :class:`LSRMemory`.
+        Support radius ``r`` (as :class:`LSRMemory`); give it or ``beta``; taken from
+        ``bank`` when that is an :class:`LSRMemory`.
     budget : (epsilon, delta)
         Total budget for everything released from this bank: the whole adaptive
         history is ``(ε, δ)``-DP for every pair of neighbouring banks (replace one row).
     beta : float, optional
-        LSR's β (as :class:`LSRMemory`; it does not change the retrieval dynamics).
+        LSR's β instead of ``radius`` (as :class:`LSRMemory`: ``r = sqrt(2/β)``).
     ledger : path, optional
         SQLite ledger file (``docs/ledger.md``). It persists the spend across processes
         and restarts, is bound to this bank, radius and budget, and is written before
@@ -142,11 +142,12 @@ class PrivateMemory:
                  accounting: str = "local", lock_timeout: float = 10.0,
                  ledger_key: bytes | str | None = None) -> None:
         if isinstance(bank, LSRMemory):
-            radius = bank.radius if radius is None else radius
-            beta = bank.beta if beta is None else beta
+            if radius is None and beta is None:
+                radius = bank.radius_
             bank = bank.bank
-        if radius is None:
-            raise TypeError("PrivateMemory needs radius= (the support radius r).")
+        if radius is None and beta is None:
+            raise TypeError("PrivateMemory needs radius= (the support radius r) or beta= "
+                            "(r = sqrt(2/beta)).")
         if accounting not in ACCOUNTINGS:
             raise ValueError(f"accounting must be one of {ACCOUNTINGS}; got {accounting!r}.")
         if not isinstance(create, bool):
@@ -189,11 +190,22 @@ class PrivateMemory:
                                           float(self._db.meta["filter"]["delta_direct"]))
             self._sync()
 
+    def close(self) -> None:
+        """Close the ledger's connection (a later call to a closed ledger fails)."""
+        if self._db is not None:
+            self._db.close()
+
+    def __enter__(self) -> PrivateMemory:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
     # ----------------------------------------------------------------------------------
     bank = property(lambda self: self._memory._state().X,
                     doc="The validated bank (read-only).")
     radius = property(lambda self: self._memory.radius_, doc="Support radius r.")
-    beta = property(lambda self: self._memory.beta, doc="LSR's β.")
+    beta = property(lambda self: 2.0 / self._memory.radius_ ** 2, doc="LSR's β = 2/r².")
     budget = property(lambda self: self._budget, doc="(ε, δ) of the whole history.")
     accounting = property(lambda self: self._accounting, doc='"local" or "global".')
     filter = property(lambda self: self._filter, doc="The privacy filter (FilterSpec).")
@@ -308,17 +320,20 @@ class PrivateMemory:
             self._sync_outside()
             return self._worst(())
 
-    def _worst(self, extra: tuple) -> np.ndarray:
+    def _worst(self, extra: tuple, admission: bool = False) -> np.ndarray:
+        """The worst pair's weights; with ``admission`` only the filter's columns are
+        searched (the others hold the global total, which bounds them too)."""
         if self._accounting == "global":
             out = self._index.total.copy()
             for _, _, w in extra:
                 out += np.asarray(w).sum(axis=0)
             return out
-        if not extra:
+        cols = (*self._filter.orders, K) if admission else None
+        if not extra and not admission:
             if self._worst_cache is None or self._worst_cache[0] != len(self._index):
                 self._worst_cache = (len(self._index), self._index.worst_pair())
             return self._worst_cache[1]
-        return self._index.worst_pair(extra)
+        return self._index.worst_pair(extra, cols=cols)
 
     # ----------------------------------------------------------------------------------
     @pins_bank
@@ -373,7 +388,7 @@ class PrivateMemory:
         per_query = plan.releases
         reserved = (q, reserved_radius(plan, q),
                     np.broadcast_to(step_w * per_query, (q.shape[0], K + 1)))
-        worst = self._worst((reserved,))
+        worst = self._worst((reserved,), admission=True)
         if not self._filter.admits(worst):
             self._refuse(worst, reserved[2], plan, q, T, eps, dlt, method)
         res = private_retrieve(self._memory, q, method=method, epsilon=eps, delta=dlt,
@@ -473,7 +488,8 @@ class PrivateMemory:
         radius = reserved_radius(plan, q)
 
         def fits(c: float) -> bool:
-            return self._filter.admits(self._worst(((q, radius, reserved_w * c),)))
+            return self._filter.admits(
+                self._worst(((q, radius, reserved_w * c),), admission=True))
 
         lo, hi = 0.0, 1.0
         for _ in range(14):

@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 #: The Rényi orders at which every weight is kept (α − 1 log-spaced over [0.02, 5000]).
-ORDERS = 1.0 + np.geomspace(0.02, 5000.0, 40)
+ORDERS = 1.0 + np.geomspace(0.02, 5000.0, 64)
 K = ORDERS.size  # weights are (K + 1,): the RDP at each order, then the direct δ
 _MAX_TOP = 64  # footprints examined exactly by the worst-pair search, per order
 _MAX_PAIRS = 2048  # pair unions evaluated before the search falls back to its bound
@@ -248,11 +248,12 @@ class FootprintIndex:
             out = np.where(hit.astype(np.int64) @ inf_cols.astype(np.int64) > 0, np.inf, out)
         return out
 
-    def worst_pair(self, extra: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]] = ()
-                   ) -> np.ndarray:
+    def worst_pair(self, extra: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]] = (),
+                   cols: Iterable[int] | None = None) -> np.ndarray:
         """``(K + 1,)`` upper bound, per order, on the weight of the footprints that hold
         ``x`` or ``x'``, over every pair of points; ``extra`` footprints (reserved balls of
-        a call being priced) are included without being stored."""
+        a call being priced) are included without being stored. Only the columns
+        ``cols`` are searched (the others are set to the global total, also a bound)."""
         extras = list(extra)
         if extras:
             probe = FootprintIndex(self.dim)
@@ -261,14 +262,14 @@ class FootprintIndex:
             probe._nbr = {k: v for k, v in self._nbr.items()}
             for c, r, w in extras:
                 probe.add(c, r, w)
-            return probe._worst()
-        return self._worst()
+            return probe._worst(cols)
+        return self._worst(cols)
 
-    def _worst(self) -> np.ndarray:
+    def _worst(self, cols: Iterable[int] | None = None) -> np.ndarray:
         m = len(self)
-        out = np.zeros(K + 1)
+        out = self.total.copy()
         if m == 0:
-            return out
+            return np.zeros(K + 1)
         unions: dict[tuple[int, int], np.ndarray] = {}
 
         def union(a: int, b: int) -> np.ndarray:
@@ -280,7 +281,7 @@ class FootprintIndex:
                 unions[key] = got
             return got
 
-        for col in range(K + 1):
+        for col in range(K + 1) if cols is None else cols:
             u = self.U[:, col]
             if not np.all(np.isfinite(u)):
                 out[col] = math.inf

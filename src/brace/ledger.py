@@ -274,10 +274,11 @@ class Ledger:
 
     # ------------------------------------------------------------------------------
     @staticmethod
-    def _connect(path: Path, timeout: float) -> sqlite3.Connection:
+    def _connect(path: Path, timeout: float, create: bool = False) -> sqlite3.Connection:
         conn = sqlite3.connect(os.fspath(path), timeout=timeout, isolation_level=None,
                                check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
+        if create:  # WAL is a property of the file, kept by every later connection
+            conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
         return conn
 
@@ -291,7 +292,7 @@ class Ledger:
         p = Path(os.fspath(path))
         _check_path(p, must_exist=False)
         k = ledger_key_from_env(key)
-        conn = cls._connect(p, timeout)
+        conn = cls._connect(p, timeout, create=True)
         try:
             conn.execute("BEGIN IMMEDIATE")
             for stmt in _SCHEMA.strip().split(";"):
@@ -327,7 +328,12 @@ class Ledger:
         p = Path(os.fspath(path))
         _check_path(p, must_exist=True)
         k = ledger_key_from_env(key)
-        conn = cls._connect(p, timeout)
+        try:
+            conn = cls._connect(p, timeout)
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"{p} is not a brace ledger database: corrupt, truncated or "
+                              f"foreign ({exc}). It was not changed; restore it from a "
+                              "backup.") from None
         try:
             meta = cls._read_meta(conn, p, k)
         except BaseException:
@@ -433,9 +439,13 @@ class Ledger:
         ``prev_mac`` (the MAC of release ``after``), and the chain's end against the head
         in the metadata."""
         head = self.meta["head"]
-        rows = self._conn.execute(
-            "SELECT id, time, call_key, record, outputs, counts, centres, radii, mac "
-            "FROM releases WHERE id > ? ORDER BY id", (after,)).fetchall()
+        try:
+            rows = self._conn.execute(
+                "SELECT id, time, call_key, record, outputs, counts, centres, radii, mac "
+                "FROM releases WHERE id > ? ORDER BY id", (after,)).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"ledger {self.path} is corrupt or malformed ({exc}). It was "
+                              "not changed; restore it from a backup.") from None
         out: list[ReleaseRow] = []
         mac = prev_mac
         expect = after + 1
