@@ -1,0 +1,315 @@
+"""Local accounting (docs/privacy-accounting.md §12): footprints with teeth, the worst-pair
+bound, the filter's guarantee for random neighbour pairs, and a slow reference."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from brace import BudgetExceededError, LSRMemory, PrivateMemory, private_retrieve
+from brace.accounting import CountedGaussianStep, GaussianStep, RdpAccountant
+from brace.filter import ORDERS, FilterSpec, FootprintIndex, K, convert, event_weights
+from brace.footprints import CLEAN_MARGIN, GATE_MARGIN, footprints, reserved_radius
+from brace.plan import plan_release
+
+R = 0.8
+
+
+def _bank(rng, n=240, d=2, spread=6.0):
+    """Clusters spread over a box, so that most rows are far from any one query."""
+    centres = rng.uniform(-spread, spread, size=(12, d))
+    return centres[rng.integers(0, 12, n)] + 0.35 * rng.normal(size=(n, d))
+
+
+def _outside(X, fp, margin=1e-6):
+    """Rows (indices) outside every footprint ball, with a relative margin."""
+    d = np.linalg.norm(X[:, None, :] - fp.centres[None, :, :], axis=2)
+    return np.flatnonzero(np.all(d > fp.radii[None, :] * (1 + margin), axis=1))
+
+
+def _far_point(fp, d, rng):
+    """A point outside every footprint (and away from the bank's range)."""
+    for _ in range(1000):
+        p = rng.uniform(-9.0, 9.0, size=d)
+        if np.all(np.linalg.norm(fp.centres - p, axis=1) > fp.radii * 1.01 + 0.1):
+            return p
+    raise AssertionError("no far point found")
+
+
+CASES = [
+    dict(method="brace"),  # default: auto release, no correction
+    dict(method="brace", release="smooth"),
+    dict(method="brace", release="count"),
+    dict(method="brace", release="smooth", kappa=0.0),  # correcting
+    dict(method="brace", release="smooth", output_projection=False, kappa=0.0),
+    dict(method="global"),
+    dict(method="endpoint"),
+]
+
+
+TEETH = [(c, "float64") for c in CASES] + [
+    (c, b) for b in ("float32", "kdtree", "mmap", "dask") for c in (CASES[0], CASES[3])]
+
+
+@pytest.mark.parametrize(("case", "backend"), TEETH,
+                         ids=[f"{b}-" + "-".join(map(str, c.values())) for c, b in TEETH])
+def test_moving_a_row_outside_every_footprint_changes_nothing(case, backend, tmp_path):
+    """With the same seed, moving a row from outside every footprint of a release to
+    another place outside them gives bit-identical outputs; moving one into a footprint
+    changes the release for some seed (the test has teeth)."""
+    rng = np.random.default_rng(hash((str(case), backend)) % 2**32)
+    X = _bank(rng)
+    d = X.shape[1]
+    q = X[rng.choice(X.shape[0], 3, replace=False)] + 0.1 * rng.normal(size=(3, d))
+    kw = dict(epsilon=4.0, delta=1e-5, steps=3, **case)
+
+    def memory(bank):
+        if backend == "float32":
+            return LSRMemory(bank.astype(np.float32), radius=R)
+        if backend == "kdtree":
+            return LSRMemory(bank, radius=R, index="kdtree")
+        if backend == "mmap":
+            path = tmp_path / f"b{rng.integers(1 << 30)}.npy"
+            np.save(path, bank)
+            return LSRMemory(np.load(path, mmap_mode="r"), radius=R)
+        if backend == "dask":
+            da = pytest.importorskip("dask.array")
+            return LSRMemory(da.from_array(bank, chunks=(80, d)), radius=R)
+        return LSRMemory(bank, radius=R, index="brute")
+
+    Xb = X.astype(np.float32).astype(np.float64) if backend == "float32" else X
+    mem = memory(Xb)
+    base = private_retrieve(mem, q, seed=1, **kw)
+    plan = plan_release(mem, queries=3, **{k: v for k, v in kw.items()})
+    fp = footprints(plan, q, base.outputs)
+    out = _outside(Xb, fp)
+    assert out.size > 10, "the case must leave rows outside every footprint"
+    moved = 0
+    for i in rng.choice(out, size=min(4, out.size), replace=False):
+        Y = Xb.copy()
+        Y[i] = _far_point(fp, d, rng)
+        if backend == "float32":
+            Y[i] = Y[i].astype(np.float32)
+        again = private_retrieve(memory(Y), q, seed=1, **kw)
+        np.testing.assert_array_equal(again.outputs, base.outputs)
+        if base.released_counts is not None:
+            np.testing.assert_array_equal(again.released_counts, base.released_counts)
+        moved += 1
+    assert moved >= 1
+    # teeth: a row moved onto a footprint's centre (the first step reads it) changes
+    # the release for some seed
+    changed = False
+    for seed in range(5):
+        ref = private_retrieve(mem, q, seed=seed, **kw)
+        Y = Xb.copy()
+        Y[out[0]] = q[0]
+        got = private_retrieve(memory(Y), q, seed=seed, **kw)
+        changed |= not np.array_equal(got.outputs, ref.outputs)
+    assert changed
+
+
+def test_reserved_balls_hold_every_footprint():
+    rng = np.random.default_rng(3)
+    X = _bank(rng)
+    mem = LSRMemory(X, radius=R)
+    q = X[:6] + 0.2
+    for case in CASES:
+        kw = dict(epsilon=2.0, delta=1e-5, steps=4, **case)
+        plan = plan_release(mem, queries=6, **kw)
+        res = private_retrieve(mem, q, seed=0, **kw)
+        fp = footprints(plan, q, res.outputs)
+        rr = reserved_radius(plan, q)
+        dist = np.linalg.norm(fp.centres - q[fp.query], axis=1)
+        assert np.all(dist + fp.radii <= rr[fp.query]), case
+        per_query = 1 if case["method"] == "endpoint" else 4
+        assert len(fp) == 6 * per_query
+
+
+def _reference_footprints(res, r):
+    """Footprints of a release from first principles (docs/privacy-accounting.md §12),
+    one query and step at a time."""
+    p = res.params
+    q, Y = res.queries, res.outputs
+    Q, T, _ = Y.shape
+    correcting = (res.method == "brace" and p.get("release") == "smooth"
+                  and p.get("kappa") is not None and float(p["kappa"]) < 1.0)
+    out = []
+    for i in range(Q):
+        if res.method == "endpoint":
+            out.append((q[i], p["steps"] * r * (1 + CLEAN_MARGIN)))
+            continue
+        prev = q[i]
+        for t in range(1, T + 1):
+            if correcting:
+                far = np.linalg.norm(prev - q[i]) * (1 + GATE_MARGIN) + r * (1 + GATE_MARGIN)
+                out.append((q[i], max((t + 1) * r * (1 + CLEAN_MARGIN), far)))
+            else:
+                out.append((prev, r * (1 + GATE_MARGIN)))
+            prev = Y[i, t - 1]
+    return out
+
+
+def test_spent_at_matches_a_slow_reference():
+    rng = np.random.default_rng(5)
+    X = _bank(rng)
+    pm = PrivateMemory(X, radius=R, budget=(50.0, 1e-5))
+    calls = []
+    for j, case in enumerate(CASES[:4] + CASES[5:]):
+        q = X[rng.choice(X.shape[0], 2, replace=False)] + 0.05
+        res = pm.retrieve(q, steps=3, epsilon=1.0, delta=1e-6, seed=j, **case)
+        calls.append(res)
+    points = np.concatenate([X[:40], rng.uniform(-9, 9, size=(20, 2))])
+    got = pm.spent_at(points)
+    for p, g in zip(points, got, strict=True):
+        acc = RdpAccountant()
+        w = np.zeros(K + 1)
+        for res in calls:
+            step = res.privacy.step_event
+            for c, rad in _reference_footprints(res, R):
+                if np.linalg.norm(p - c) <= rad:
+                    acc.compose(step)
+                    w += event_weights(step)
+        assert g == pytest.approx(convert(w, 1e-5), rel=1e-12, abs=1e-12)
+        want = acc.get_epsilon(1e-5)
+        assert want <= g + 1e-12 and g <= want * 1.01 + 1e-12
+    assert np.any(got == 0.0) and np.any(got > 0.0)
+
+
+def test_local_never_reports_more_than_global_on_the_same_history():
+    rng = np.random.default_rng(7)
+    X = _bank(rng)
+    local = PrivateMemory(X, radius=R, budget=(1e4, 1e-5))
+    glob = PrivateMemory(X, radius=R, budget=(1e4, 1e-5), accounting="global")
+    for j in range(12):
+        q = X[rng.choice(X.shape[0], int(rng.integers(1, 4)), replace=False)]
+        case = CASES[int(rng.integers(len(CASES)))]
+        a = local.retrieve(q, steps=2, epsilon=1.0, delta=1e-6, seed=j, **case)
+        b = glob.retrieve(q, steps=2, epsilon=1.0, delta=1e-6, seed=j, **case)
+        np.testing.assert_array_equal(a.outputs, b.outputs)
+        assert local.spent <= glob.spent + 1e-12
+        assert np.all(local.spent_at(X[:30]) <= glob.spent + 1e-12)
+    assert local.spent < glob.spent  # the queries are spread: local pays less
+
+
+def _pair_weights(index, x, xp):
+    inside = [np.linalg.norm(index.centres - p, axis=1) <= index.radii for p in (x, xp)]
+    hit = inside[0] | inside[1]
+    return index.weights[hit].sum(axis=0)
+
+
+@pytest.mark.parametrize("layout", ["spread", "concentrated", "two-places"])
+def test_worst_pair_bound_holds_for_sampled_pairs(layout, monkeypatch):
+    """The worst-pair bound is at least the weight of every sampled pair of points
+    (points drawn inside the footprints, where pairs are worst), also when the search
+    stops early (its fallback bound)."""
+    rng = np.random.default_rng(11)
+    if layout == "spread":
+        c = rng.uniform(-20, 20, size=(300, 2))
+    elif layout == "concentrated":
+        c = rng.normal(size=(300, 2)) * 0.5
+    else:
+        c = np.concatenate([rng.normal(size=(150, 2)) * 0.5,
+                            rng.normal(size=(150, 2)) * 0.5 + 10.0])
+    r = rng.uniform(0.5, 1.5, size=300)
+    w = np.stack([event_weights(GaussianStep(float(x))) for x in rng.uniform(0.01, 0.1, 300)])
+    for max_pairs in (2048, 3):
+        import brace.filter as flt
+
+        monkeypatch.setattr(flt, "_MAX_PAIRS", max_pairs)
+        index = FootprintIndex(2)
+        for s in range(0, 300, 50):  # incrementally, as releases arrive
+            index.add(c[s:s + 50], r[s:s + 50], w[s:s + 50])
+        bound = index.worst_pair()
+        assert np.all(bound <= index.total + 1e-12)
+        pts = c[rng.integers(0, 300, 400)] + rng.normal(size=(400, 2)) * 0.5
+        for a in range(0, 400, 2):
+            pw = _pair_weights(index, pts[a], pts[a + 1])
+            assert np.all(pw <= bound + 1e-12)
+
+
+def test_random_workloads_keep_every_pair_within_the_budget():
+    """Property of the filter: random calls until the budget refuses them; for random
+    neighbour pairs (x, x'), the steps whose footprints hold x or x' satisfy the filter's
+    condition at some fixed order (so the pair is (ε, δ)-DP by §12), and their composition
+    converts to at most the budget's ε."""
+    rng = np.random.default_rng(13)
+    for _ in range(2):
+        X = _bank(rng, spread=4.0)
+        budget = (float(rng.uniform(2.0, 4.0)), 1e-5)
+        pm = PrivateMemory(X, radius=R, budget=budget)
+        results = []
+        refused = 0
+        for j in range(40):
+            q = X[rng.choice(X.shape[0], int(rng.integers(1, 3)), replace=False)]
+            case = CASES[int(rng.integers(len(CASES)))]
+            try:  # a few (ε, T) values, so that the release plans are reused
+                results.append(pm.retrieve(q, steps=int(rng.integers(1, 4)),
+                                           epsilon=float(rng.choice([0.5, 1.0, 2.0])),
+                                           delta=1e-7, seed=j, **case))
+            except BudgetExceededError:
+                refused += 1
+        assert refused > 0 and results
+        spec = pm.filter
+        B = spec.thresholds
+        cand = np.concatenate([X, rng.uniform(-6, 6, size=(50, 2))])
+        for _ in range(150):
+            x, xp = cand[rng.integers(len(cand))], cand[rng.integers(len(cand))]
+            w = np.zeros(K + 1)
+            for res in results:
+                ev = event_weights(res.privacy.step_event)
+                for c, rad in _reference_footprints(res, R):
+                    if np.linalg.norm(x - c) <= rad or np.linalg.norm(xp - c) <= rad:
+                        w += ev
+            assert w[K] <= spec.delta_direct
+            assert np.any(w[list(spec.orders)] <= B)
+            assert convert(w, budget[1]) <= budget[0] + 1e-9
+
+
+def test_filter_thresholds_convert_back_to_the_budget():
+    spec = FilterSpec.for_budget(8.0, 1e-5)
+    assert len(spec.orders) == 4 and spec.delta_direct == 5e-6
+    a = ORDERS[list(spec.orders)]
+    d_a = (1e-5 - spec.delta_direct) / 4
+    eps = spec.thresholds + np.log((a - 1) / a) - (math.log(d_a) + np.log(a)) / (a - 1)
+    np.testing.assert_allclose(eps - math.log1p(-spec.delta_direct), 8.0, rtol=1e-12)
+    # the orders bracket the Gaussian optimum of the budget and depend on it only
+    assert spec == FilterSpec.for_budget(8.0, 1e-5)
+    assert FilterSpec.for_budget(1.0, 1e-5).orders != spec.orders
+    w = np.zeros(K + 1)
+    assert spec.admits(w) and spec.usage(w) == 0.0
+    w[list(spec.orders)] = spec.thresholds * 1.0000001
+    assert not spec.admits(w)
+    w[spec.orders[0]] = spec.thresholds[0]
+    assert spec.admits(w)
+    w[K] = spec.delta_direct * 1.01
+    assert not spec.admits(w)
+    with pytest.raises(ValueError, match="delta_direct"):
+        FilterSpec(8.0, 1e-5, spec.orders, 1e-5)
+
+
+def test_refusal_for_delta_names_delta():
+    X = _bank(np.random.default_rng(2))
+    pm = PrivateMemory(X, radius=R, budget=(50.0, 1e-5))
+    with pytest.raises(BudgetExceededError, match="delta is the problem") as info:
+        pm.retrieve(X[:40], steps=3, epsilon=1.0, delta=5e-6, release="count", seed=0)
+    assert info.value.reason == "delta" and len(pm.releases) == 0
+    # the count event spends part of δ directly
+    assert event_weights(CountedGaussianStep(0.1, 0.2, 1e-7))[K] == pytest.approx(1e-7)
+
+
+def test_far_rows_are_charged_nothing():
+    rng = np.random.default_rng(4)
+    a = rng.normal(size=(100, 2)) * 0.3
+    b = rng.normal(size=(100, 2)) * 0.3 + 30.0
+    X = np.concatenate([a, b])
+    pm = PrivateMemory(X, radius=R, budget=(8.0, 1e-5))
+    for j in range(5):
+        pm.retrieve(a[j:j + 2], steps=3, epsilon=1.0, seed=j)
+    assert np.all(pm.spent_at(b) == 0.0)
+    assert np.all(pm.spent_at(a[:5]) > 0.0)
+    glob = PrivateMemory(X, radius=R, budget=(8.0, 1e-5), accounting="global")
+    for j in range(5):
+        glob.retrieve(a[j:j + 2], steps=3, epsilon=1.0, seed=j)
+    assert float(np.max(pm.spent_at(a))) <= pm.spent <= glob.spent
