@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from brace import LSRMemory, NoiselessResult, PrivateRetrievalResult, load_result
+from brace.budget import inspect_ledger as read_ledger
 from brace.cli import main
-from brace.ledger import read_ledger
 
 
 @pytest.fixture()
@@ -87,18 +87,36 @@ def test_json_output_and_csv_bank(files, capsys):
     assert load_result(tmp / "r.json").outputs.shape == (3, 3, 2)
 
 
+def _init(tmp, led, budget="6", delta="1e-5"):
+    return main(["ledger", "init", str(led), "--bank", str(tmp / "bank.npy"), "--radius",
+                 "0.8", "--budget", budget, "--budget-delta", delta])
+
+
 def test_retrieve_through_a_ledger(files, capsys):
     tmp, X, q = files
-    led = tmp / "ledger.json"
+    led = tmp / "ledger.db"
+    # a ledger is never created implicitly: a missing one is an error naming the path
     argv = [*base(tmp, "a.npz", "--epsilon", "1", "--delta", "1e-6", "--seed", "0"),
-            "--ledger", str(led), "--budget", "6", "--budget-delta", "1e-5"]
+            "--ledger", str(led)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert str(led) in err and "brace ledger init" in err and not led.exists()
+    assert _init(tmp, led) == 0
+    assert "created ledger" in capsys.readouterr().out
+    assert _init(tmp, led) == 2 and "already exists" in capsys.readouterr().err
     assert main(argv) == 0
     out = capsys.readouterr().out
     state = read_ledger(led)
-    assert len(state.releases) == 1 and f"{state.spent:.6g}" in out and "remaining" in out
-    # the budget is read from an existing ledger
+    assert len(state.releases) == 1 and f"{state.spent_local:.6g}" in out
+    assert "remaining" in out
+    # the same call again is a free repeat; --fresh pays
+    assert main([*argv[:-2], "--out", str(tmp / "a2.npz"), "--ledger", str(led)]) == 0
+    capsys.readouterr()
+    assert len(read_ledger(led).releases) == 1
+    np.testing.assert_array_equal(load_result(tmp / "a.npz").outputs,
+                                  load_result(tmp / "a2.npz").outputs)
     argv2 = [*base(tmp, "b.npz", "--epsilon", "1", "--delta", "1e-6", "--seed", "1"),
-             "--ledger", str(led)]
+             "--ledger", str(led), "--fresh"]
     assert main(argv2) == 0
     capsys.readouterr()
     assert len(read_ledger(led).releases) == 2
@@ -106,66 +124,90 @@ def test_retrieve_through_a_ledger(files, capsys):
     argv3 = [*base(tmp, "c.npz", "--epsilon", "5", "--delta", "1e-6"), "--ledger", str(led)]
     assert main(argv3) == 2
     err = capsys.readouterr().err
-    assert "over the budget" in err and "remaining" in err
+    assert "past what the filter admits" in err and "remaining" in err
     assert not (tmp / "c.npz").exists() and len(read_ledger(led).releases) == 2
-    # the show command: releases, total, what is left, the fingerprint
+    # the show command: releases, totals under both accountings, what is left
     assert main(["ledger", "show", str(led)]) == 0
     shown = capsys.readouterr().out
     st = read_ledger(led)
-    assert st.fingerprint["sha256"] in shown and f"{st.spent:.6g}" in shown
+    assert st.fingerprint["sha256"] in shown and f"{st.spent_local:.6g}" in shown
+    assert f"{st.spent_global:.6g}" in shown
     assert f"{st.remaining:.6g}" in shown and shown.count("method=brace") == 2
     assert main(["ledger", "show", str(led), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["spent_epsilon"] == st.spent and len(doc["releases"]) == 2
+    assert doc["spent_local_epsilon"] == st.spent_local and len(doc["releases"]) == 2
+    # global accounting charges more for the same history
+    assert st.spent_local <= st.spent_global
 
 
 @pytest.mark.parametrize(
     ("extra", "match"),
     [
-        (["--method", "naive", "--epsilon", "1", "--budget", "5"], "NOT differentially private"),
-        (["--method", "none", "--budget", "5"], "--method none"),
-        (["--epsilon", "1"], "--budget is required"),
-        (["--epsilon", "1", "--budget", "5", "--diagnostics"], "--diagnostics"),
+        (["--method", "naive", "--epsilon", "1"], "NOT differentially private"),
+        (["--method", "none"], "--method none"),
+        (["--epsilon", "1", "--diagnostics"], "--diagnostics"),
     ],
 )
 def test_ledger_refusals(files, capsys, extra, match):
     tmp, X, q = files
-    led = tmp / "ledger.json"
+    led = tmp / "ledger.db"
+    assert _init(tmp, led) == 0
     assert main([*base(tmp, "r.npz", *extra), "--ledger", str(led)]) == 2
     assert match in capsys.readouterr().err
     assert not (tmp / "r.npz").exists()
 
 
-def test_budget_without_ledger_is_an_error(files, capsys):
+def test_ledger_path_errors(files, capsys):
     tmp, X, q = files
-    assert main(base(tmp, "r.npz", "--epsilon", "1", "--budget", "5")) == 2
-    assert "--ledger" in capsys.readouterr().err
+    assert main([*base(tmp, "r.npz", "--epsilon", "1"), "--ledger", str(tmp)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    assert _init(tmp, tmp / "no" / "such" / "l.db") == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert not (tmp / "no").exists()
+    assert main(base(tmp, "r.npz", "--epsilon", "1", "--fresh")) == 2
+    assert "--fresh needs --ledger" in capsys.readouterr().err
 
 
-def test_ledger_show_prices_a_saved_release(files, capsys):
+def test_ledger_show_of_a_saved_release(files, capsys):
     tmp, X, q = files
-    led = tmp / "ledger.json"
-    assert main([*base(tmp, "a.npz", "--epsilon", "1", "--seed", "0"), "--ledger", str(led),
-                 "--budget", "3"]) == 0
+    led = tmp / "ledger.db"
+    assert _init(tmp, led, budget="3") == 0
+    assert main([*base(tmp, "a.npz", "--epsilon", "1", "--seed", "0"), "--ledger",
+                 str(led)]) == 0
     assert main(base(tmp, "b.npz", "--epsilon", "2", "--seed", "1", "--method", "global")) == 0
     capsys.readouterr()
     assert main(["ledger", "show", str(tmp / "b.npz"), "--ledger", str(led), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     res = load_result(tmp / "b.npz")
     assert doc["epsilon_total"] == res.privacy.epsilon_total
-    assert doc["ledger"]["fits"] is False  # 3 queries at eps 2 on top of what is spent
-    assert read_ledger(led).releases and len(read_ledger(led).releases) == 1  # read only
+    assert doc["ledger"]["spent_local"] == read_ledger(led).spent_local
+    assert len(read_ledger(led).releases) == 1  # read only
     assert main(base(tmp, "n.npz", "--method", "none")) == 0
     capsys.readouterr()
     assert main(["ledger", "show", str(tmp / "n.npz")]) == 0
     assert "NOT differentially private" in capsys.readouterr().out
 
 
+def test_count_release_composition_is_stated_where_finite(files, capsys):
+    """Issue reproducer: a count release of two or more queries printed '(inf, δ)'."""
+    tmp, X, q = files
+    assert main(base(tmp, "c.npz", "--epsilon", "1", "--seed", "0", "--release-mode",
+                     "count")) == 0
+    capsys.readouterr()
+    assert main(["ledger", "show", str(tmp / "c.npz")]) == 0
+    out = capsys.readouterr().out
+    assert "eps = inf" not in out and "(inf" not in out
+    assert "the deltas add" in out
+
+
 def test_ledger_show_reports_damage(files, capsys):
     tmp, X, q = files
-    (tmp / "bad.json").write_text('{"format": "brace-ledger/1", "releases": [')
-    assert main(["ledger", "show", str(tmp / "bad.json")]) == 2
-    assert "corrupt or truncated" in capsys.readouterr().err
+    (tmp / "bad.db").write_bytes(b"\x00garbage" * 20)
+    assert main(["ledger", "show", str(tmp / "bad.db")]) == 2
+    assert "not a brace ledger" in capsys.readouterr().err
+    (tmp / "old.db").write_text('{"format": "brace-ledger/1", "releases": []}')
+    assert main(["ledger", "show", str(tmp / "old.db")]) == 2
+    assert "brace ledger migrate" in capsys.readouterr().err
 
 
 def test_horizon_bound_and_progress(files, capsys):
