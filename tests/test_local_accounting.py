@@ -313,3 +313,32 @@ def test_far_rows_are_charged_nothing():
     for j in range(5):
         glob.retrieve(a[j:j + 2], steps=3, epsilon=1.0, seed=j)
     assert float(np.max(pm.spent_at(a))) <= pm.spent <= glob.spent
+
+
+@pytest.mark.parametrize("index", ["auto", "brute", "kdtree"])
+def test_a_query_does_not_depend_on_rows_in_another_querys_footprints(index):
+    """Footprints are per step: moving a row that only another query's steps read must
+    leave this query's outputs bit-identical (the sums of a gate depend on its members
+    only, whatever path, tile or backend another gate's density selects)."""
+    rng = np.random.default_rng(21)
+    dense = rng.normal(size=(3000, 2)) * 0.3  # one crowded place: a dense gate
+    sparse = rng.normal(size=(40, 2)) * 0.3 + 20.0  # a quiet place: a sparse gate
+    far = rng.uniform(-60, -40, size=(2000, 2))
+    X = np.concatenate([dense, sparse, far])
+    q = np.array([[0.0, 0.0], [20.0, 20.0]])
+    kw = dict(method="brace", epsilon=4.0, delta=1e-5, steps=3, seed=3)
+    mem = LSRMemory(X, radius=R, index=index)
+    base = private_retrieve(mem, q, **kw)
+    plan = plan_release(mem, queries=2, **{k: v for k, v in kw.items() if k != "seed"})
+    fp = footprints(plan, q, base.outputs)
+    mine = fp.query == 1
+    d = np.linalg.norm(X[:, None, :] - fp.centres[None, mine, :], axis=2)
+    others = np.flatnonzero(np.all(d > fp.radii[None, mine] * 1.001, axis=1)[:3000])
+    changed_other = False
+    for i in rng.choice(others, 6, replace=False):
+        Y = X.copy()
+        Y[i] = X[i] + rng.normal(size=2) * 0.05  # stays in query 0's crowded place
+        got = private_retrieve(LSRMemory(Y, radius=R, index=index), q, **kw)
+        np.testing.assert_array_equal(got.outputs[1], base.outputs[1])
+        changed_other |= not np.array_equal(got.outputs[0], base.outputs[0])
+    assert changed_other  # the moved rows are read by query 0
