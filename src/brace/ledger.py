@@ -283,7 +283,7 @@ def write_ledger(
     created: str,
 ) -> None:
     """Atomically and durably write the ledger (temp file + fsync + replace + dir fsync)."""
-    from . import __version__
+    from ._version import __version__
 
     body = {
         "format": LEDGER_FORMAT,
