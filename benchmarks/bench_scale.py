@@ -45,7 +45,7 @@ def make_bank(n: int, d: int, dtype: str, seed: int = 0, out: Any = None) -> np.
 
 def _radius(X: np.ndarray, q: np.ndarray, frac: float) -> float:
     k = max(1, math.ceil(frac * X.shape[0]))
-    from brace.memory import direct_sqdist
+    from brace.gates.dense import direct_sqdist
 
     step = 1 << 15  # row blocks: no n × d temporary
 

@@ -524,7 +524,7 @@ def _batch_clean(banks, q, r, T):
 
 def _library_clean_bounds(X, q, r, T, gamma):
     """``A_s`` (floats, ``k = 0..K``) from ``CleanTrajectoryBound`` for ``s = 1..T``."""
-    from brace.memory import direct_sqdist
+    from brace.gates.dense import direct_sqdist
     from brace.sensitivity import CleanTrajectoryBound
 
     n, d = X.shape

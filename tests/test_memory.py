@@ -12,8 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.special import logsumexp, softmax
 
+import brace.gates.dense as dense_mod
 import brace.memory as memory_mod
-from brace.memory import LOG_FLOOR, GatePass, LSEMemory, LSRMemory, gate_pass
+from brace.gates import GatePass, gate_pass
+from brace.memory import LOG_FLOOR, LSEMemory, LSRMemory
 
 HYP = settings(
     max_examples=150,
@@ -277,8 +279,8 @@ def test_blocked_path_matches_brute_force(monkeypatch, seed):
     ref = {}
     for key, (XX, YY, rr) in {"rand": (X, Y, r), "ties": (Xt, Yt, 0.5)}.items():
         ref[key] = (LSRMemory(XX, radius=rr).retrieve(YY, 3), brute_retrieve(XX, YY, rr, 3))
-    monkeypatch.setattr(memory_mod, "_BLOCK_ELEMS", 3 * 6)  # 3-row blocks for 6 centres
-    assert 1 < memory_mod._block_size(6, 37) < 37
+    monkeypatch.setattr(dense_mod, "_BLOCK_ELEMS", 3 * 6)  # 3-row blocks for 6 centres
+    assert 1 < dense_mod._block_size(6, 37) < 37
     for key, (XX, YY, rr) in {"rand": (X, Y, r), "ties": (Xt, Yt, 0.5)}.items():
         mem = LSRMemory(XX, radius=rr)
         _check_all_against_brute(mem, XX, YY, rr, np.random.default_rng(seed))
@@ -286,8 +288,8 @@ def test_blocked_path_matches_brute_force(monkeypatch, seed):
         np.testing.assert_allclose(traj, ref[key][1], rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(traj, ref[key][0], rtol=1e-12, atol=1e-12)
     # a single block of one row
-    monkeypatch.setattr(memory_mod, "_BLOCK_ELEMS", 1)
-    assert memory_mod._block_size(6, 37) == 1
+    monkeypatch.setattr(dense_mod, "_BLOCK_ELEMS", 1)
+    assert dense_mod._block_size(6, 37) == 1
     _check_all_against_brute(LSRMemory(X, radius=r), X, Y, r, np.random.default_rng(seed))
 
 
@@ -327,7 +329,7 @@ def test_far_from_origin_refinement_band(seed, r, d, monkeypatch):
     # the module-level function with the caller's squared norms, and the blocked path
     sq = np.einsum("ij,ij->i", X, X)
     np.testing.assert_array_equal(gate_pass(X, sq, Y, r).counts, ref_mask.sum(1))
-    monkeypatch.setattr(memory_mod, "_BLOCK_ELEMS", 6 * 5)
+    monkeypatch.setattr(dense_mod, "_BLOCK_ELEMS", 6 * 5)
     np.testing.assert_array_equal(gate_pass(X, sq, Y, r).counts, ref_mask.sum(1))
     _check_all_against_brute(LSRMemory(X, radius=r), X, Y, r, rng)
 
@@ -431,8 +433,8 @@ def test_lse_no_overflow_at_large_beta_norm(scale, monkeypatch):
     np.testing.assert_allclose(s, ref_step, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(E, ref_E, rtol=1e-12, atol=1e-12)
     # streaming log-sum-exp across several blocks gives the same answer
-    monkeypatch.setattr(memory_mod, "_BLOCK_ELEMS", 6 * 7)
-    assert memory_mod._block_size(6, 50) == 7
+    monkeypatch.setattr(dense_mod, "_BLOCK_ELEMS", 6 * 7)
+    assert dense_mod._block_size(6, 50) == 7
     np.testing.assert_allclose(mem.step(Z), ref_step, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(mem.energy(Z), ref_E, rtol=1e-12, atol=1e-12)
 

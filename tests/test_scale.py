@@ -16,9 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import brace.gates.dense as dense_mod
 import brace.memory as memory_mod
 from brace._fingerprint import bank_fingerprint
-from brace.memory import LSRMemory, band_coefficients, direct_sqdist, gate_pass
+from brace.gates.dense import band_coefficients, direct_sqdist, gate_pass
+from brace.memory import LSRMemory
 
 
 def ref_stats(X, Y, r, pairs, near, R):
@@ -170,9 +172,9 @@ def test_sparse_and_dense_sums_agree(monkeypatch):
     X = rng.normal(size=(3000, 5)).astype(np.float32)
     Y = rng.normal(size=(9, 5))
     ref = gate_pass(X, None, Y, 0.8)
-    monkeypatch.setattr(memory_mod, "_SPARSE_DENSITY", 1.0)  # always gather
+    monkeypatch.setattr(dense_mod, "_SPARSE_DENSITY", 1.0)  # always gather
     sp = gate_pass(X, None, Y, 0.8)
-    monkeypatch.setattr(memory_mod, "_SPARSE_DENSITY", 0.0)  # always the mask product
+    monkeypatch.setattr(dense_mod, "_SPARSE_DENSITY", 0.0)  # always the mask product
     de = gate_pass(X, None, Y, 0.8)
     for g in (sp, de):
         np.testing.assert_array_equal(g.counts, ref.counts)
@@ -203,7 +205,7 @@ def test_auto_index_and_bad_settings():
             LSRMemory(X, radius=0.1, threads=t, index="brute").gate_pass(Y).counts,
             mem.gate_pass(Y).counts)
     # dense gates: "auto" falls back to brute force (the choice never changes a result)
-    from brace._spatial import dense_gates
+    from brace.gates.kdtree import dense_gates
 
     assert not dense_gates(X, Y, 0.1) and dense_gates(X, Y, 1.5)
     for r in (0.1, 1.5):

@@ -24,6 +24,7 @@ from brace.experiments.theory import (
     quick_config,
     run_theory,
 )
+from brace.experiments.theory import activation as theory_activation
 
 EPSILONS = (0.01, 128.0, 1e4)  # tiny, the paper's, huge
 
@@ -136,13 +137,13 @@ def test_activation_check_detects_a_wrong_pre_noise_point(monkeypatch):
     """A certificate that returned a point 2r away from Q_t would be caught."""
     mem, q = _bank_and_queries(2)
     res = _run(mem, q, "brace", 128.0, kappa=0.01)
-    real = theory.certificate
+    real = theory_activation.certificate
 
     def shifted(*a, **kw):
         c = real(*a, **kw)
         return dataclasses.replace(c, pre_noise=c.pre_noise + 1.6)
 
-    monkeypatch.setattr(theory, "certificate", shifted)
+    monkeypatch.setattr(theory_activation, "certificate", shifted)
     chk = activation_check(mem, q, res)
     assert chk.violations > 0 and chk.pre_noise_mismatch > 1.0
 

@@ -7,6 +7,7 @@ Main entry points: :class:`LSRMemory` / :class:`LSEMemory` (``docs/spec.md`` §1
 :mod:`brace.accounting` (``docs/spec.md`` §4), :func:`load_result` (saved releases).
 """
 
+from ._version import __version__
 from .budget import BudgetExceededError, PrivateMemory  # noqa: E402  (needs mechanisms)
 from .mechanisms import (
     DEFAULT_KAPPA,
@@ -20,8 +21,6 @@ from .mechanisms import (
 from .memory import BankMutatedError, LSEMemory, LSRMemory
 from .plan import ReleasePlan, plan_release
 from .results import NoiselessResult, load_result, noiseless_retrieve, save_result
-
-__version__ = "0.1.0"
 
 __all__ = [
     "BudgetExceededError",

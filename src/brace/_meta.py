@@ -17,7 +17,7 @@ def versions() -> dict[str, str]:
     import numpy
     import scipy
 
-    from . import __version__
+    from ._version import __version__
 
     out = {
         "brace-dam": __version__,

@@ -287,7 +287,7 @@ class Ledger:
                budget: tuple[float, float], filter_spec: dict[str, Any],
                key: bytes | str | None = None, timeout: float = 10.0) -> Ledger:
         """Create a new, empty ledger; refuses an existing file or a missing directory."""
-        from . import __version__
+        from ._version import __version__
 
         p = Path(os.fspath(path))
         _check_path(p, must_exist=False)

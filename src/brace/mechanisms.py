@@ -168,7 +168,7 @@ class PrivateRetrievalResult:
         def plain(v: Any) -> Any:
             return v.tolist() if isinstance(v, np.ndarray) else v
 
-        from . import __version__
+        from ._version import __version__
 
         out: dict[str, Any] = {
             "schema": RESULT_SCHEMA,

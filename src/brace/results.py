@@ -82,7 +82,7 @@ class NoiselessResult:
         return NOISELESS_REASON
 
     def to_dict(self, **_: Any) -> dict[str, Any]:
-        from . import __version__
+        from ._version import __version__
 
         return {
             "schema": RESULT_SCHEMA,

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .memory import mean_rounding_bound
+from .gates.dense import mean_rounding_bound
 
 __all__ = [
     "TAU_REL",

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .. import __version__
+from .._version import __version__
 from ..budget import BudgetExceededError
 from . import account, audit, experiment, ledger, retrieve, uq
 from ._args import HelpFormatter

@@ -4,7 +4,7 @@ Every bank quantity of the sampling estimate is a sum over rows of a function of
 row and the (public to this computation) clean trajectory, so it is computed block by
 block: in-memory and memory-mapped banks stream their row blocks
 (``_MemoryBase._blocks``), Dask banks run the same block function on each chunk's
-worker and the partials are added pairwise on the workers (``brace._dask.map_reduce``).
+worker and the partials are added pairwise on the workers (``brace.gates.dask.map_reduce``).
 Only ``O(Q·(Td)²)`` partials reach the client, never the bank. Counts are exact in any
 blocking; float sums differ only by float64 summation order.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..memory import direct_sqdist
+from ..gates.dense import direct_sqdist
 
 _BLOCK_ELEMS = 1 << 21  # entries of one (T, rows, d) difference array
 
@@ -93,7 +93,7 @@ def bank_reduce(memory: Any, fn: Any, *args: Any) -> tuple:
     partials on the workers for Dask banks (verified by their chunk digests)."""
     st = memory._state()
     if st.kind == "dask":
-        from .._dask import map_reduce
+        from ..gates.dask import map_reduce
 
         return map_reduce(st, fn, args)
     total = None

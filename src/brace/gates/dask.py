@@ -2,13 +2,13 @@
 
 ``LSRMemory`` accepts a ``dask.array.Array`` of shape ``(n, d)``, dtype float32 or
 float64, chunked by rows (column chunks are merged lazily). Each row chunk runs the
-in-memory :func:`brace.memory.gate_pass` on its worker and returns per-chunk counts,
+in-memory :func:`brace.gates.dense.gate_pass` on its worker and returns per-chunk counts,
 float64 sums, pair counts, near-boundary distances and the chunk's SHA-256; partial
 results are combined pairwise on the workers (a binary tree in chunk order), so the
 client receives one ``O(m·d)`` result plus the near distances. Counts, memberships and
 near distances equal the in-memory pass exactly (the per-row decision does not depend on
 the blocking); sums differ only by float64 summation order, which
-``mean_rounding_bound`` covers.
+``brace.gates.dense.mean_rounding_bound`` covers.
 
 The scheduler is whatever ``dask.compute`` uses: the default ``distributed.Client`` when
 one is active, else the local threaded scheduler.
@@ -21,16 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from ._fingerprint import BankHasher
-from .memory import (
-    BANK_DTYPES,
-    GatePass,
-    _BankState,
-    _blas_threads,
-    _check_shape,
-    _mutated,
-    gate_pass,
-)
+from .._fingerprint import BankHasher
+from .contract import BANK_DTYPES, GatePass, _BankState, _blas_threads, _check_shape, _mutated
+from .dense import gate_pass
 
 
 def _dask():
@@ -134,7 +127,7 @@ def _combine(a: tuple, b: tuple) -> tuple:
 
 def dask_gate_pass(st: _BankState, centres: np.ndarray, radius: float, *,
                    threads: int | None = None, **kw: Any) -> GatePass:
-    """:func:`brace.memory.gate_pass` over a Dask bank as a map-reduce (see module doc)."""
+    """:func:`brace.gates.dense.gate_pass` over a Dask bank as a map-reduce (see module doc)."""
     dask, _ = _dask()
     parts = st.X.to_delayed().ravel()
     C = dask.delayed(np.asarray(centres), pure=True)

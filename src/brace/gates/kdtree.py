@@ -8,7 +8,7 @@ tree's own rounding (relative ``O(d u)``, ``d ≤ 8``). Candidates whose tree di
 at most ``r(1 − 1e-9)`` are members by the canonical formula too (see :func:`_members`);
 the rest are decided by the direct formula itself, so counts, memberships, pair counts and near
 distances equal the brute-force pass exactly; sums are float64 sums over the members in
-row order (any order is covered by ``mean_rounding_bound``).
+row order (any order is covered by ``dense.mean_rounding_bound``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from .memory import GatePass, direct_sqdist
+from .contract import GatePass
+from .dense import direct_sqdist
 
 _INFLATE = 1.0 + 1e-9
 _SLACK = 1e-150
@@ -118,7 +119,7 @@ def kdtree_gate_pass(
     near_tolerance: float = 0.0,
     group_size: int | None = None,
 ) -> GatePass:
-    """:func:`brace.memory.gate_pass` with KD-tree candidates; identical statistics.
+    """:func:`brace.gates.dense.gate_pass` with KD-tree candidates; identical statistics.
 
     Every centre is handled on its own, so ``group_size`` holds trivially; near
     distances are direct (within any ``near_tolerance``).
