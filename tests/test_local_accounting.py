@@ -50,7 +50,8 @@ CASES = [
 
 
 TEETH = [(c, "float64") for c in CASES] + [
-    (c, b) for b in ("float32", "kdtree", "mmap", "dask") for c in (CASES[0], CASES[3])]
+    (c, b) for b in ("float32", "kdtree", "auto", "mmap", "dask")
+    for c in (CASES[0], CASES[3])]
 
 
 @pytest.mark.parametrize(("case", "backend"), TEETH,
@@ -65,19 +66,22 @@ def test_moving_a_row_outside_every_footprint_changes_nothing(case, backend, tmp
     q = X[rng.choice(X.shape[0], 3, replace=False)] + 0.1 * rng.normal(size=(3, d))
     kw = dict(epsilon=4.0, delta=1e-5, steps=3, **case)
 
-    def memory(bank):
+    def memory(bank):  # canonical sums, as PrivateMemory uses (§12.1)
+        kw = dict(radius=R, canonical_sums=True)
         if backend == "float32":
-            return LSRMemory(bank.astype(np.float32), radius=R)
+            return LSRMemory(bank.astype(np.float32), **kw)
         if backend == "kdtree":
-            return LSRMemory(bank, radius=R, index="kdtree")
+            return LSRMemory(bank, index="kdtree", **kw)
+        if backend == "auto":
+            return LSRMemory(bank, index="auto", **kw)
         if backend == "mmap":
             path = tmp_path / f"b{rng.integers(1 << 30)}.npy"
             np.save(path, bank)
-            return LSRMemory(np.load(path, mmap_mode="r"), radius=R)
+            return LSRMemory(np.load(path, mmap_mode="r"), **kw)
         if backend == "dask":
             da = pytest.importorskip("dask.array")
-            return LSRMemory(da.from_array(bank, chunks=(80, d)), radius=R)
-        return LSRMemory(bank, radius=R, index="brute")
+            return LSRMemory(da.from_array(bank, chunks=(80, d)), **kw)
+        return LSRMemory(bank, index="brute", **kw)
 
     Xb = X.astype(np.float32).astype(np.float64) if backend == "float32" else X
     mem = memory(Xb)
@@ -327,7 +331,7 @@ def test_a_query_does_not_depend_on_rows_in_another_querys_footprints(index):
     X = np.concatenate([dense, sparse, far])
     q = np.array([[0.0, 0.0], [20.0, 20.0]])
     kw = dict(method="brace", epsilon=4.0, delta=1e-5, steps=3, seed=3)
-    mem = LSRMemory(X, radius=R, index=index)
+    mem = LSRMemory(X, radius=R, index=index, canonical_sums=True)
     base = private_retrieve(mem, q, **kw)
     plan = plan_release(mem, queries=2, **{k: v for k, v in kw.items() if k != "seed"})
     fp = footprints(plan, q, base.outputs)
@@ -338,7 +342,27 @@ def test_a_query_does_not_depend_on_rows_in_another_querys_footprints(index):
     for i in rng.choice(others, 6, replace=False):
         Y = X.copy()
         Y[i] = X[i] + rng.normal(size=2) * 0.05  # stays in query 0's crowded place
-        got = private_retrieve(LSRMemory(Y, radius=R, index=index), q, **kw)
+        got = private_retrieve(LSRMemory(Y, radius=R, index=index, canonical_sums=True),
+                               q, **kw)
         np.testing.assert_array_equal(got.outputs[1], base.outputs[1])
         changed_other |= not np.array_equal(got.outputs[0], base.outputs[0])
     assert changed_other  # the moved rows are read by query 0
+
+
+def test_canonical_sums_do_not_depend_on_the_other_gates_of_a_tile():
+    """The dense pass chooses a GEMM or a sparse product per tile by the density of every
+    gate in it, and the two differ in the last bits; with canonical sums a centre's sum
+    is the same whatever the other centres of the pass (issue: footprints are per step)."""
+    from brace.gates.dense import gate_pass
+
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(2048, 8)) * 1e3 + rng.normal(size=(2048, 8))
+    c = X[:1] + 1.0
+    crowd = np.repeat(X[1:2], 40, axis=0)  # a dense neighbour gate flips the tile's path
+    r = 2.5e3
+    alone = gate_pass(X, None, c, r, canonical=True).sums[0]
+    crowded = gate_pass(X, None, np.concatenate([c, crowd]), r, canonical=True).sums[0]
+    assert np.array_equal(alone, crowded)
+    plain_alone = gate_pass(X, None, c, r).sums[0]
+    plain_crowded = gate_pass(X, None, np.concatenate([c, crowd]), r).sums[0]
+    assert not np.array_equal(plain_alone, plain_crowded)  # the test has teeth

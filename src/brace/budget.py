@@ -158,7 +158,8 @@ class PrivateMemory:
                              f"{lock_timeout!r}.")
         if create and ledger is None:
             raise ValueError("create=True needs a ledger path.")
-        self._memory = LSRMemory(bank, radius=radius, beta=beta)
+        # canonical sums: a step reads nothing outside its footprint (privacy-accounting §12.1)
+        self._memory = LSRMemory(bank, radius=radius, beta=beta, canonical_sums=True)
         X = self._memory._state().X
         self._budget = _check_budget(budget)
         self._accounting = accounting

@@ -314,6 +314,12 @@ class LSRMemory(_MemoryBase):
     threads : int or None, default 1
         BLAS threads during a pass (threadpoolctl). One thread measured fastest on the
         2-core development machine (docs/benchmarks.md); ``None`` leaves BLAS as is.
+    canonical_sums : bool, default False
+        Every gate sum a function of its own members only (a sparse product in row order
+        per row block, and the backend chosen from public values: no density estimate),
+        so that a step reads nothing outside its footprint, bit for bit
+        (``docs/privacy-accounting.md`` §12.1). :class:`brace.PrivateMemory` sets it;
+        means differ from the default only in the last bits.
 
     Examples
     --------
@@ -331,12 +337,14 @@ class LSRMemory(_MemoryBase):
         radius: float | None = None,
         index: str = "auto",
         threads: int | None = 1,
+        canonical_sums: bool = False,
     ):
         self.bank = bank
         self.beta = beta
         self.radius = radius
         self.index = index
         self.threads = threads
+        self.canonical_sums = canonical_sums
 
     @property
     def radius_(self) -> float:
@@ -384,17 +392,22 @@ class LSRMemory(_MemoryBase):
         r = self.radius_
         index = self._index(st)
         threads = _check_threads(self.threads)
+        canonical = self.canonical_sums is True
         with _blas_threads(threads):
             if st.kind == "dask":
-                return dask_gate_pass(st, centres, r, threads=threads, **kw)
-            if index == "kdtree" and self.index == "auto":
+                return dask_gate_pass(st, centres, r, threads=threads, canonical=canonical,
+                                      **kw)
+            # the density estimate samples the whole bank: not with canonical sums, whose
+            # backend is a public choice (docs/privacy-accounting.md §12.1)
+            if index == "kdtree" and self.index == "auto" and not canonical:
                 if dense_gates(st.X, centres, r):
                     index = "brute"
             if index == "kdtree":
                 self._verify(st)
                 return kdtree_gate_pass(st, centres, r, **kw)
             h = None if self._is_pinned(st) else BankHasher(st.X.shape, st.X.dtype)
-            gp = gate_pass(st.X, st.sq, centres, r, hasher=h, after_block=st.release, **kw)
+            gp = gate_pass(st.X, st.sq, centres, r, hasher=h, after_block=st.release,
+                           canonical=canonical, **kw)
             if h is not None and h.hexdigest() != st.digest:
                 raise _mutated("fingerprint mismatch")
             return gp

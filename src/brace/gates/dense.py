@@ -131,6 +131,7 @@ def gate_pass(
     group_size: int | None = None,
     hasher: Any = None,
     after_block: Any = None,
+    canonical: bool = False,
 ) -> GatePass:
     """One blocked pass over a validated float32/float64 ``bank`` for ``(m, d)`` centres.
 
@@ -153,14 +154,20 @@ def gate_pass(
     depend on the other groups. ``hasher`` (a :class:`brace._fingerprint.BankHasher`)
     is fed every row block in order; ``after_block(b0, b1)`` is called after each block
     (memory-mapped banks release its pages there).
+    ``canonical``: every gate sum is the CSR product whatever the density, so that each
+    centre's sum is a function of its own members only (the sequential float64 sum of
+    its members in row order within each row block, blocks added in order;
+    ``docs/privacy-accounting.md`` §12.1). Otherwise the sparse/dense choice per tile
+    depends on all the gates of the tile, and the two differ in the last bits.
     """
     with np.errstate(over="ignore", invalid="ignore"):  # huge rows: recomputed directly
         return _gate_pass(bank, bank_sqnorm, centres, radius, pairs, near_centres,
-                          near_radius, near_tolerance, group_size, hasher, after_block)
+                          near_radius, near_tolerance, group_size, hasher, after_block,
+                          canonical)
 
 
 def _gate_pass(bank, bank_sqnorm, centres, radius, pairs, near_centres, near_radius,
-               near_tolerance, group_size, hasher, after_block) -> GatePass:
+               near_tolerance, group_size, hasher, after_block, canonical) -> GatePass:
     n, d = bank.shape
     m = centres.shape[0]
     r2 = radius * radius
@@ -241,7 +248,7 @@ def _gate_pass(bank, bank_sqnorm, centres, radius, pairs, near_centres, near_rad
             if tot:
                 if X64 is None:
                     X64 = np.asarray(Xb, dtype=np.float64)
-                if tot <= _SPARSE_DENSITY * mk.size:
+                if canonical or tot <= _SPARSE_DENSITY * mk.size:
                     sums[c0:c1_] += _csr_sum(mk, cnt, tot, X64)
                 else:
                     sums[c0:c1_] += mk.astype(np.float64) @ X64
