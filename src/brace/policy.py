@@ -27,6 +27,8 @@ from .accounting.calibration import (
     _calibrate_rho,
     _check_common,
     _choose_gamma,
+    _count_epsilon,
+    _count_rho,
 )
 from .sensitivity import n_terms
 
@@ -263,8 +265,14 @@ def _choose_release(eps: float, dl: float, t: int, d: int, n: int, lim: float,
         pred["smooth"] = w
         cand.append((w, "smooth", g, None, gr))
     f = AUTO_PROPOSAL_DELTA
-    rho_s = _calibrate_rho(eps + math.log1p(-f * dl), (1.0 - f) * dl, t, d, 0.0)
-    share = min(COUNT_SHARE_MAX, 1.0 - rho0 / (strict * strict * rho_s))
+    # The count release exists only where ε > log(1/(1 − fδ)) and its count budget ε_c is
+    # positive (§9); elsewhere (ε below about δ/10) only the smooth candidate remains.
+    rho_s = _count_rho(eps, dl, t, d, f)
+    share = 0.0
+    if rho_s is not None:
+        share = min(COUNT_SHARE_MAX, 1.0 - rho0 / (strict * strict * rho_s))
+        if share > 0.0 and not _count_epsilon(rho_s, share, f * dl / t) > 0.0:
+            share = 0.0
     if allow_count and share > 0.0:
         sp = calibrate_count(eps, dl, t, dim=d, count_share=share, proposal_delta=f)
         w = float(np.exp(np.mean(np.log(_count_ratio(ms, sp, rho0)))))

@@ -190,6 +190,23 @@ COUNT_SHARE = 0.09  # default share of the per-step zCDP budget spent on the noi
 COUNT_PROPOSAL_DELTA = 0.5  # default share of δ for the proposals' failures (δ_c = share·δ/T)
 
 
+def _count_rho(eps: float, dl: float, t: int, d: int, f: float) -> float | None:
+    """Per-step zCDP budget ``ρ_s`` of the count release (§9) on validated inputs: the
+    largest whose ``T``-fold composition converts to ``ε + log(1 − fδ)`` at ``(1 − f)δ``.
+    None where that target is not positive (``ε ≤ log(1/(1 − fδ))``): the proposals'
+    share ``f`` of δ then costs all of ε and no count release exists."""
+    target = eps + math.log1p(-f * dl)
+    if not target > 0.0:
+        return None
+    return _calibrate_rho(target, (1.0 - f) * dl, t, d, 0.0)
+
+
+def _count_epsilon(rho_s: float, share: float, dc: float) -> float:
+    """``ε_c`` of the noisy count: ``(ε_c + log(1/(1 − δ_c)))²/2 = share·ρ_s`` (§9); the
+    count release needs it > 0."""
+    return math.sqrt(2.0 * share * rho_s) + math.log1p(-dc)
+
+
 def calibrate_count(
     epsilon: float, delta: float, steps: int, *, dim: int, count_share: float = COUNT_SHARE,
     proposal_delta: float = COUNT_PROPOSAL_DELTA,
@@ -205,6 +222,9 @@ def calibrate_count(
     The margin ``⌈log(1/(δ_c(1 + e^{−ε_c})))/ε_c⌉`` makes ``m̃ − margin`` exceed the gate
     count with probability at most ``δ_c``. Nothing here depends on ``dim`` (the release is
     dimension-free); ``dim`` is recorded.
+
+    The release needs ``ε > log(1/(1 − fδ))`` (about ``fδ``) and ``ε_c > 0``; where either
+    fails, a ``ValueError`` names the constraint (the smooth release has no such floor).
     """
     eps, dl, t, d, _ = _check_common(epsilon, delta, steps, dim, 0.0)
     share = check_positive("count_share", count_share)
@@ -214,11 +234,25 @@ def calibrate_count(
     if not f < 1.0:
         raise ValueError(f"proposal_delta must lie in (0, 1). Found {f}.")
     dc = f * dl / t
-    target = eps + math.log1p(-f * dl)
-    rho_s = _calibrate_rho(target, (1.0 - f) * dl, t, d, 0.0)
-    eps_c = math.sqrt(2.0 * share * rho_s) + math.log1p(-dc)
-    if not eps_c > 0.0:  # pragma: no cover - ρ_s ≫ δ for every supported ε
-        raise ValueError(f"epsilon = {eps} is too small for the count release.")
+    rho_s = _count_rho(eps, dl, t, d, f)
+    if rho_s is None:
+        raise ValueError(
+            f"the count release cannot be calibrated at epsilon = {eps}, delta = {dl}: its "
+            f"proposals' failures take the share proposal_delta = {f:g} of delta, which "
+            f"costs log(1/(1 - proposal_delta*delta)) = {-math.log1p(-f * dl):.6g} of "
+            "epsilon, so it needs epsilon > log(1/(1 - proposal_delta*delta)). Use "
+            "release='smooth' (or 'auto'), a larger epsilon, or a smaller delta."
+        )
+    eps_c = _count_epsilon(rho_s, share, dc)
+    if not eps_c > 0.0:
+        raise ValueError(
+            f"the count release cannot be calibrated at epsilon = {eps}, delta = {dl}, "
+            f"T = {t}: the noisy count's share count_share = {share:g} of the per-step "
+            f"budget rho_s = {rho_s:.6g} buys eps_count = sqrt(2*count_share*rho_s) - "
+            f"log(1/(1 - delta_c)) = {eps_c:.6g}, but it must be > 0 (delta_c = "
+            f"proposal_delta*delta/T = {dc:.6g}). Use release='smooth' (or 'auto'), a larger "
+            "epsilon or count_share, or a smaller delta."
+        )
     rho_g = (1.0 - share) * rho_s
     p = math.exp(-eps_c)
     margin = int(math.ceil(math.log(1.0 / (dc * (1.0 + p))) / eps_c))
