@@ -75,9 +75,9 @@ import numpy as np
 from brace import LSRMemory, certificate
 from brace._io import write_json
 from brace._runners import _project
-from brace.accounting import choose_gamma
 from brace.datasets import PAPER_MIXTURE, sample_mixture
 from brace.experiments.synthetic import SyntheticConfig, _queries
+from brace.policy import choose_gamma
 
 R, T, EPS, DELTA = 0.8, 5, 128.0, 1e-5
 

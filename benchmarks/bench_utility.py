@@ -35,7 +35,8 @@ from threadpoolctl import threadpool_limits
 from brace import LSRMemory, private_retrieve
 from brace._io import write_json
 from brace._meta import metadata
-from brace.accounting import calibrate_rho, choose_gamma_for_gates
+from brace.accounting import calibrate_rho
+from brace.policy import choose_gamma_for_gates
 
 FULL = dict(eps=(0.5, 1, 2, 4, 8, 16, 64, 128), dims=(2, 64, 384), gates=(10, 100, 1000, 10000),
             steps=(1, 3, 5))

@@ -121,7 +121,7 @@ def test_bad_release_arguments(kw, match):
 def test_auto_release_picks_from_public_values_only():
     """release='auto' compares the predicted noise/oracle ratios of the two modes
     (public ε, δ, T, d, n): at d = 384, ε = 1 the count release wins by far."""
-    from brace.accounting import predicted_noise_ratio
+    from brace.policy import predicted_noise_ratio
 
     w_s, worst_s, g = predicted_noise_ratio("smooth", 1.0, 1e-5, 3, dim=384, n=2000)
     w_c, worst_c, _ = predicted_noise_ratio("count", 1.0, 1e-5, 3, dim=384, n=2000)

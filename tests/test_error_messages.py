@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from brace import LSRMemory, accounting, private_retrieve
+from brace import LSRMemory, accounting, policy, private_retrieve
 from brace._io import load_npy
 from brace.audit import AuditConfig
 from brace.audit.pairs import _given_pair
@@ -59,7 +59,7 @@ CASES = [
     (lambda: _retrieve(steps=10**6), "steps", "1000000", ValueError),
     (lambda: accounting.calibrate(1.0, 1e-5, 3, dim=2, accounting="zcdp"), "accounting",
      "'zcdp'", ValueError),
-    (lambda: accounting.choose_gamma(1.0, 1e-5, 3, dim=2, fraction=2.0), "fraction", "2.0",
+    (lambda: policy.choose_gamma(1.0, 1e-5, 3, dim=2, fraction=2.0), "fraction", "2.0",
      ValueError),
     (lambda: accounting.calibrate(1.0, 1e-5, 3, dim=384, gamma=0.5), "gamma", "0.5",
      ValueError),

@@ -174,9 +174,9 @@ def test_bad_plan_arguments(call, exc, match):
 
 def test_auto_release_follows_the_default_release_rule():
     """``release="auto"`` (``docs/privacy-accounting.md`` §10): the choice of
-    ``accounting.choose_release`` from public values; a caller's γ means the smooth
+    ``policy.choose_release`` from public values; a caller's γ means the smooth
     release with it; the count release only where no correction can fire."""
-    from brace.accounting import choose_release
+    from brace.policy import choose_release
 
     mem = LSRMemory(_bank(n=400, d=64, seed=2), radius=R)
     args = dict(method="brace", epsilon=1.0, delta=1e-5, steps=3, release="auto")

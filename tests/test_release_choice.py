@@ -7,15 +7,8 @@ import math
 
 import pytest
 
-from brace.accounting import (
-    AUTO_GLOBAL_RATIO,
-    RdpAccountant,
-    calibrate_count,
-    calibrate_rho,
-    choose_gamma,
-    choose_release,
-    gate_factor,
-)
+from brace.accounting import RdpAccountant, calibrate_count, calibrate_rho
+from brace.policy import AUTO_GLOBAL_RATIO, choose_gamma, choose_release, gate_factor
 
 GRID = [(0.5, 3, 384), (1.0, 1, 2), (4.0, 2, 2), (8.0, 5, 64), (64.0, 3, 2), (128.0, 5, 2),
         (128.0, 5, 384)]

@@ -296,8 +296,8 @@ def private_retrieve(
         γ = 0.4).
     gamma : float, None or "gates"
         Smoothness γ of Δ̄ (BRACE). None: the data-independent fraction-0.9 rule of
-        :func:`brace.accounting.choose_gamma`. ``"gates"``: the data-independent
-        gate-size rule :func:`brace.accounting.choose_gamma_for_gates` (public ε, δ, T, d
+        :func:`brace.policy.choose_gamma`. ``"gates"``: the data-independent
+        gate-size rule :func:`brace.policy.choose_gamma_for_gates` (public ε, δ, T, d
         and n; minimax over gate sizes ``m ≥ 20·log(1/δ)/ε``: within about 2× of the
         oracle noise at d ≤ 64 where the default rule is up to 40× off;
         ``docs/utility.md``). The rule used is recorded in ``params["gamma_rule"]``.
@@ -327,7 +327,7 @@ def private_retrieve(
         grow with d. No boundary correction (κ is ignored). The noisy counts are part of the
         release (``released_counts``). ``"auto"`` (``docs/privacy-accounting.md`` §10):
         with a γ given (a number or ``"gates"``), the smooth release with it; otherwise
-        :func:`brace.accounting.choose_release` picks, from public ε, δ, T, d, n only,
+        :func:`brace.policy.choose_release` picks, from public ε, δ, T, d, n only,
         the smooth release (largest γ) or the count release (largest count share) whose
         noise never exceeds 1.05× global, by the smaller predicted noise/oracle ratio
         over gate sizes — the count release only where no correction can fire (κ = ∞,

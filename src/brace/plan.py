@@ -25,6 +25,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from . import accounting as _acc
+from . import policy as _policy
 from ._validation import (
     check_bool,
     check_delta,
@@ -228,16 +229,16 @@ def plan_release(
        geometric, pure ε_c-DP) proposes the public ``b_t`` and the step adds
        ``N(0, (b_t/sqrt(2ρ_G))² I)`` (``docs/privacy-accounting.md`` §9). ``"auto"``
        (§10): with a γ from the caller (a number or ``"gates"``), the smooth release with
-       it; otherwise :func:`brace.accounting.choose_release` — of the smooth release with
+       it; otherwise :func:`brace.policy.choose_release` — of the smooth release with
        the largest γ and the count release with the largest count share whose noise
        never exceeds 1.05× the global mechanism's, the one with the smaller predicted
        noise/oracle ratio over gate sizes; the count release is offered only when no
        correction can fire (κ = ∞, or ``κ ≥ no_correction_kappa(T)`` with the output
        projection).
     2. **γ** (smooth BRACE). A number: as given (> 0). None: the fraction-0.9 rule
-       :func:`brace.accounting.choose_gamma` (largest γ with ``ρ(γ) ≥ 0.9 ρ(0)``,
+       :func:`brace.policy.choose_gamma` (largest γ with ``ρ(γ) ≥ 0.9 ρ(0)``,
        ``docs/privacy-accounting.md`` §6). ``"gates"``: the gate-size rule
-       :func:`brace.accounting.choose_gamma_for_gates`,
+       :func:`brace.policy.choose_gamma_for_gates`,
        ``argmin_γ max_{m ≥ m_min} gate_factor(γ, m, n)·sqrt(ρ_0/ρ(γ))`` (§6).
     3. **Calibration.** Smooth and fixed sensitivity: the per-step ρ of
        :func:`brace.accounting.calibrate` that spends exactly (ε, δ) over the
@@ -297,7 +298,7 @@ def plan_release(
         else:
             # the count release has no correction: offered only where none can fire
             no_correction = not math.isfinite(kap) or (proj and kap >= no_correction_kappa(T))
-            choice = _acc.choose_release(eps, dlt, T, dim=dim, n=n, allow_count=no_correction)
+            choice = _policy.choose_release(eps, dlt, T, dim=dim, n=n, allow_count=no_correction)
             release, release_rule = choice.release, choice.rule
             if release == "smooth":
                 gamma = choice.gamma
@@ -370,7 +371,7 @@ def _check_gamma(gamma: Any, method: str, accounting: str) -> tuple[Any, str]:
 def _gamma_for_gates(eps: float, dlt: float, T: int, d: int, n: int) -> float:
     """The gate-size rule's γ (memoised: a deterministic function of public values that
     costs seconds)."""
-    g = _acc.choose_gamma_for_gates(eps, dlt, T, dim=d, n=n)
+    g = _policy.choose_gamma_for_gates(eps, dlt, T, dim=d, n=n)
     if check_nonnegative("gamma", g) == 0:  # pragma: no cover - the rule returns γ > 0
         raise ValueError("gamma must be > 0 for BRACE (γ = 0 is global sensitivity).")
     return g

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import check_int_at_least, check_rng
-from ..accounting import choose_gamma_for_gates
 from ..mechanisms import DEFAULT_KAPPA
+from ..policy import choose_gamma_for_gates
 from .config import AuditConfig
 from .runner import audit
 

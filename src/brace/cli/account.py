@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
         type=gamma_arg,
         default=0.0,
         help="smoothness γ of the noise scale (0: fixed sensitivity, the default; 'auto': "
-        "the data-independent rule of brace.accounting.choose_gamma)",
+        "the data-independent rule of brace.policy.choose_gamma)",
     )
     p.add_argument("--accounting", choices=list(ACCOUNTING_RULES), default="rdp",
                    help="privacy accounting (default rdp)")

@@ -34,8 +34,8 @@ import numpy as np
 from .. import LSRMemory, NotPrivateWarning, private_retrieve
 from .._io import atomic_write_text, write_json
 from .._validation import check_int_at_least, check_positive
-from ..accounting import choose_gamma
 from ..datasets import PAPER_MIXTURE, MixtureSpec, sample_mixture
+from ..policy import choose_gamma
 from ..uq import MixturePopulation, analyze, sampling_covariance
 from ._common import NOT_DP_LABEL, append_jsonl, metadata, pyplot, read_jsonl, save_figure
 

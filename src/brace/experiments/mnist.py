@@ -109,7 +109,7 @@ class MnistConfig:
     epsilons: tuple[float, ...] = (16.0, 32.0, 64.0)
     delta: float = 1e-5
     kappa: float = 128.0
-    gamma: float | None = None  # None: the data-independent rule of brace.accounting
+    gamma: float | None = None  # None: the data-independent rule of brace.policy
     draws: int = 10
     corruption: float = 3.0
     seed: int = PAPER_SEED

@@ -42,7 +42,7 @@ class SyntheticConfig:
     delta: float = 1e-5
     kappa: float = 0.0  # highlighted run: correct whenever the gates differ
     kappa_grid: tuple = (0.0, 0.05, math.inf)
-    gamma: float | None = None  # None: data-independent rule of brace.accounting
+    gamma: float | None = None  # None: data-independent rule of brace.policy
     query_spread: float = 0.35  # queries = a random memory + N(0, spread² I)
     data_seed: int = 0
     seed: int = 1
