@@ -19,7 +19,7 @@ from brace.accounting import (
     SmoothGaussianStep,
     calibrate,
 )
-from brace.filter import convert, event_weights
+from brace.accounting.filter import convert, event_weights
 from brace.ledger import (
     LedgerError,
     bank_fingerprint,

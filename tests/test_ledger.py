@@ -320,7 +320,7 @@ def test_kill_minus_9_never_loses_a_returned_release(bank, tmp_path):
 
 
 def test_two_processes_race_for_the_last_of_the_budget(bank, tmp_path):
-    from brace.filter import FilterSpec, event_weights
+    from brace.accounting.filter import FilterSpec, event_weights
     from brace.plan import plan_release
 
     X = np.random.default_rng(0).normal(size=(120, 2))

@@ -10,7 +10,7 @@ import pytest
 
 from brace import BudgetExceededError, LSRMemory, PrivateMemory, private_retrieve
 from brace.accounting import CountedGaussianStep, GaussianStep, RdpAccountant
-from brace.filter import ORDERS, FilterSpec, FootprintIndex, K, convert, event_weights
+from brace.accounting.filter import ORDERS, FilterSpec, FootprintIndex, K, convert, event_weights
 from brace.footprints import CLEAN_MARGIN, GATE_MARGIN, footprints, reserved_radius
 from brace.plan import plan_release
 
@@ -219,7 +219,7 @@ def test_worst_pair_bound_holds_for_sampled_pairs(layout, monkeypatch):
     r = rng.uniform(0.5, 1.5, size=300)
     w = np.stack([event_weights(GaussianStep(float(x))) for x in rng.uniform(0.01, 0.1, 300)])
     for max_pairs in (2048, 3):
-        import brace.filter as flt
+        import brace.accounting.filter as flt
 
         monkeypatch.setattr(flt, "_MAX_PAIRS", max_pairs)
         index = FootprintIndex(2)

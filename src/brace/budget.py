@@ -1,7 +1,7 @@
 """``PrivateMemory``: a bank that only answers privately, within one budget.
 
 Every release is admitted by a privacy *filter* (``docs/privacy-accounting.md`` §12,
-:mod:`brace.filter`) before the bank is read, and charged once released:
+:mod:`brace.accounting.filter`) before the bank is read, and charged once released:
 
 * ``accounting="local"`` (the default): a released step is charged only to the rows its
   public *footprint* can hold (:mod:`brace.footprints`); the filter bounds the worst pair
@@ -31,7 +31,7 @@ import numpy as np
 from . import accounting as acc_events
 from . import ledger as _ledger
 from ._validation import check_delta, check_epsilon, check_queries, check_steps
-from .filter import FilterSpec, FootprintIndex, K, convert, event_weights
+from .accounting.filter import FilterSpec, FootprintIndex, K, convert, event_weights
 from .footprints import footprints, reserved_radius
 from .mechanisms import (
     DIAGNOSTIC_FIELDS,

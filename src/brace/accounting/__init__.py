@@ -12,6 +12,9 @@ The package follows Google ``dp-accounting`` in separating *describing* a releas
   :class:`NonPrivateEvent` — frozen records with no mathematics in them;
 * :mod:`~brace.accounting.accountant`: :class:`RdpAccountant` turns events into an RDP
   curve (RDP adds under adaptive composition) and converts it once to (ε, δ);
+* :mod:`~brace.accounting.filter`: the privacy filter over a fully adaptive sequence of
+  releases, global or local (``docs/privacy-accounting.md`` §12): :class:`FilterSpec`,
+  :class:`FootprintIndex`;
 * :mod:`~brace.accounting.calibration`: :func:`calibrate_rho`, :func:`calibrate` and
   :func:`calibrate_count` return a frozen :class:`PrivacySpent`
   (:mod:`~brace.accounting.spent`) that says what a release spends.

@@ -8,7 +8,8 @@
   (:func:`event_weights`).
 * For neighbouring banks that replace a row ``x`` by ``x'``, step ``t`` costs ``w_t`` if
   its public footprint holds ``x`` or ``x'`` and nothing otherwise
-  (:mod:`brace.footprints`). *Global* accounting charges every step to every pair.
+  (:mod:`brace.footprints`, above this package). *Global* accounting charges every
+  step to every pair.
 * The filter (:class:`FilterSpec`) admits a call only if, with the call's reserved
   weights added, the worst pair of neighbours satisfies: ``Σδ_t ≤ Δ`` and, for at least
   one order ``α`` of a **fixed** set ``G`` chosen when the budget is created,
@@ -32,8 +33,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import accounting as acc
-from ._validation import check_delta, check_epsilon
+from .._validation import check_delta, check_epsilon
+from .accountant import RdpAccountant
+from .events import DpEvent
+from .primitives import rho_from_eps_delta
 
 __all__ = [
     "ORDERS",
@@ -50,10 +53,10 @@ _MAX_TOP = 64  # footprints examined exactly by the worst-pair search, per order
 _MAX_PAIRS = 2048  # pair unions evaluated before the search falls back to its bound
 
 
-def event_weights(event: acc.DpEvent) -> np.ndarray:
+def event_weights(event: DpEvent) -> np.ndarray:
     """``(K + 1,)``: the event's RDP at :data:`ORDERS` (``+∞`` where not finite), then
     its direct failure probability (the count release's proposals)."""
-    a = acc.RdpAccountant().compose(event)
+    a = RdpAccountant().compose(event)
     out = np.empty(K + 1)
     out[:K] = a.rdp(ORDERS)
     out[K] = a._delta_extra
@@ -104,7 +107,7 @@ class FilterSpec:
         ``Δ = δ/2``. A public function of the budget."""
         eps = check_epsilon(epsilon, "budget epsilon")
         dl = check_delta(delta, "budget delta")
-        rho = acc.rho_from_eps_delta(eps, dl)
+        rho = rho_from_eps_delta(eps, dl)
         x_star = math.sqrt(-math.log(dl) / rho)
         dist = np.abs(np.log(ORDERS - 1.0) - math.log(x_star))
         idx = tuple(sorted(int(i) for i in np.argsort(dist, kind="stable")[:n_orders]))
