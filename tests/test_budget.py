@@ -300,3 +300,18 @@ def test_an_lsr_memory_is_accepted_as_the_bank(bank):
     assert pm.radius == 0.8 and pm.bank.shape == bank.shape
     with pytest.raises(TypeError, match="radius"):
         PrivateMemory(bank, budget=(20.0, 1e-5))
+
+
+def test_composed_total_of_a_count_release_is_stated_where_finite(bank):
+    """Issue reproducer: a count release of two or more queries printed
+    'all 2 queries composed: (inf, 1e-05)'."""
+    res = brace.private_retrieve(brace.LSRMemory(bank, radius=0.8), bank[:2],
+                                 method="brace", epsilon=1.0, delta=1e-5, steps=3,
+                                 release="count", seed=0)
+    p = res.privacy
+    assert p.epsilon_total == math.inf  # at the per-query δ
+    eps, dl = p.composed()
+    assert math.isfinite(eps) and dl == pytest.approx(2e-5)
+    text = str(p)
+    assert "eps = inf" not in text and "the deltas add" in text
+    assert res.to_dict()["privacy"]["epsilon_total_finite"]["delta"] == pytest.approx(2e-5)

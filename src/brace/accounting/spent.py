@@ -113,6 +113,12 @@ class PrivacySpent:
         out["rho_total"] = self.rho_per_step * self.steps
         out["is_private"] = self.is_private
         out["epsilon_total_delta"] = self.delta
+        if self.is_private and self.queries > 1 and not math.isfinite(self.epsilon_total):
+            e, dl = self.composed()
+            out["epsilon_total_finite"] = {
+                "epsilon": e, "delta": dl,
+                "why": "the count proposals spend part of each query's delta directly, so "
+                       "the composition is stated at queries x delta (the deltas add)"}
         for k, v in list(out.items()):  # strict JSON: no inf/nan, null plus a reason
             if isinstance(v, float) and not math.isfinite(v):
                 out[k] = None
@@ -173,11 +179,31 @@ class PrivacySpent:
             f"optimal alpha = {self.alpha_opt:.6g}",
         ]
         if self.queries > 1 or math.isfinite(self.epsilon_total):
+            eps_t, dl_t = self.composed()
+            why = "" if dl_t == self.delta else (
+                f"; at the per-query delta the composition is infinite: each query spends "
+                f"part of its delta directly on the count proposals, so it is stated at "
+                f"{self.queries} x the per-query delta, as the deltas add")
             lines.append(
-                f"  all {self.queries} queries: eps = {self.epsilon_total:.8g} at delta = "
-                f"{self.delta:g} (composed over queries and steps; the eps above is per query)"
+                f"  all {self.queries} queries: eps = {eps_t:.8g} at delta = {dl_t:g} "
+                f"(composed over queries and steps; the eps above is per query{why})"
             )
         return "\n".join(lines)
+
+    def composed(self) -> tuple[float, float]:
+        """``(ε, δ)`` of all ``queries`` composed, at a δ where it is finite: the
+        per-query δ, or, when the queries' direct δ parts (the count release's proposals,
+        ``docs/privacy-accounting.md`` §9) exhaust it, ``queries × δ`` (capped at 0.5):
+        the δ's add under composition. ``(∞, δ)`` for a release without a guarantee."""
+        if not self.is_private:
+            return math.inf, self.delta
+        if math.isfinite(self.epsilon_total) or self.queries == 1:
+            return self.epsilon_total, self.delta
+        from .accountant import RdpAccountant
+
+        dl = min(self.delta * self.queries, 0.5)
+        acc = RdpAccountant().compose(self.step_event, self.steps * self.queries)
+        return acc.get_epsilon(dl), dl
 
 
 def format_spent(spent: PrivacySpent) -> str:
