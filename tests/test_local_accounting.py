@@ -4,6 +4,8 @@ bound, the filter's guarantee for random neighbour pairs, and a slow reference."
 from __future__ import annotations
 
 import math
+import os
+import zlib
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ from brace.footprints import CLEAN_MARGIN, GATE_MARGIN, footprints, reserved_rad
 from brace.plan import plan_release
 
 R = 0.8
+SEED_SALT = os.environ.get("BRACE_TEST_SALT", "")  # vary the footprint tests' data
 
 
 def _bank(rng, n=240, d=2, spread=6.0):
@@ -60,7 +63,7 @@ def test_moving_a_row_outside_every_footprint_changes_nothing(case, backend, tmp
     """With the same seed, moving a row from outside every footprint of a release to
     another place outside them gives bit-identical outputs; moving one into a footprint
     changes the release for some seed (the test has teeth)."""
-    rng = np.random.default_rng(hash((str(case), backend)) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(f"{case}{backend}{SEED_SALT}".encode()))
     X = _bank(rng)
     d = X.shape[1]
     q = X[rng.choice(X.shape[0], 3, replace=False)] + 0.1 * rng.normal(size=(3, d))
@@ -175,7 +178,7 @@ def test_spent_at_matches_a_slow_reference():
                 if np.linalg.norm(p - c) <= rad:
                     acc.compose(step)
                     w += event_weights(step)
-        assert g == pytest.approx(convert(w, 1e-5), rel=1e-12, abs=1e-12)
+        assert g == pytest.approx(convert(w, 1e-5), rel=1e-8, abs=1e-12)
         want = acc.get_epsilon(1e-5)
         assert want <= g + 1e-12 and g <= want * 1.01 + 1e-12
     assert np.any(got == 0.0) and np.any(got > 0.0)
@@ -226,7 +229,7 @@ def test_worst_pair_bound_holds_for_sampled_pairs(layout, monkeypatch):
         for s in range(0, 300, 50):  # incrementally, as releases arrive
             index.add(c[s:s + 50], r[s:s + 50], w[s:s + 50])
         bound = index.worst_pair()
-        assert np.all(bound <= index.total + 1e-12)
+        assert np.all(bound <= index.global_weights())
         pts = c[rng.integers(0, 300, 400)] + rng.normal(size=(400, 2)) * 0.5
         for a in range(0, 400, 2):
             pw = _pair_weights(index, pts[a], pts[a + 1])

@@ -31,7 +31,7 @@ import numpy as np
 from . import accounting as acc_events
 from . import ledger as _ledger
 from ._validation import check_delta, check_epsilon, check_queries, check_steps
-from .accounting.filter import FilterSpec, FootprintIndex, K, convert, event_weights
+from .accounting.filter import ROUNDING, FilterSpec, FootprintIndex, K, convert, event_weights
 from .footprints import footprints, reserved_radius
 from .mechanisms import (
     DIAGNOSTIC_FIELDS,
@@ -249,7 +249,8 @@ class PrivateMemory:
         with self._locked():
             self._sync_outside()
             if self._accounting == "global":
-                return np.full(p.shape[0], convert(self._index.total, self._budget[1]))
+                return np.full(p.shape[0],
+                               convert(self._index.global_weights(), self._budget[1]))
             cost = self._index.point_cost(p)
         return np.array([convert(c, self._budget[1]) for c in cost])
 
@@ -297,12 +298,22 @@ class PrivateMemory:
     def _sync(self) -> None:
         """Read the releases other processes recorded since the last look."""
         rows = self._db.read_since(self._last_id, self._last_mac)
+        if not rows:
+            return
+        # one bulk update of the index (a KD-tree proposes the neighbours of many rows)
+        cs, rs, ws = [], [], []
         for row in rows:
-            self._absorb(row.record, row.call_key, row.centres, row.radii, row.outputs,
-                         row.released_counts)
-            self._last_id = row.id
-        if rows:
-            self._last_mac = self._db.meta["head"]["mac"]
+            self._keys.setdefault(row.call_key, len(self._rows))
+            self._rows.append(row.record)
+            w = _weights(_ledger.event_from_dict(row.record["event"]))
+            cs.append(row.centres)
+            rs.append(row.radii)
+            ws.append(np.broadcast_to(w, (row.radii.shape[0], K + 1)))
+        self._index.add(np.concatenate(cs), np.concatenate(rs), np.concatenate(ws),
+                        local=self._accounting == "local")
+        self._worst_cache = None
+        self._last_id = rows[-1].id
+        self._last_mac = self._db.meta["head"]["mac"]
 
     def _absorb(self, record: dict[str, Any], call_key: str, centres: np.ndarray,
                 radii: np.ndarray, outputs: np.ndarray | None,
@@ -328,7 +339,7 @@ class PrivateMemory:
             out = self._index.total.copy()
             for _, _, w in extra:
                 out += np.asarray(w).sum(axis=0)
-            return out
+            return out * ROUNDING
         cols = (*self._filter.orders, K) if admission else None
         if not extra and not admission:
             if self._worst_cache is None or self._worst_cache[0] != len(self._index):
@@ -622,15 +633,18 @@ def inspect_ledger(path: str | os.PathLike, *, ledger_key: bytes | str | None = 
         db.close()
     dim = int(meta["fingerprint"].get("shape", [0, 1])[1])
     index = FootprintIndex(dim)
-    for row in rows:
-        w = _weights(_ledger.event_from_dict(row.record["event"]))
-        index.add(row.centres, row.radii, np.broadcast_to(w, (row.radii.shape[0], K + 1)))
+    if rows:
+        index.add(np.concatenate([r.centres for r in rows]),
+                  np.concatenate([r.radii for r in rows]),
+                  np.concatenate([np.broadcast_to(
+                      _weights(_ledger.event_from_dict(r.record["event"])),
+                      (r.radii.shape[0], K + 1)) for r in rows]))
     b = meta["budget"]
     delta = float(b["delta"])
     return LedgerState(
         str(path), dict(meta["fingerprint"]), float(b["epsilon"]), delta,
         dict(meta["filter"]), str(meta["created"]), tuple(r.record for r in rows),
-        convert(index.worst_pair(), delta), convert(index.total, delta))
+        convert(index.worst_pair(), delta), convert(index.global_weights(), delta))
 
 
 def migrate_json_ledger(source: str | os.PathLike, target: str | os.PathLike, *,

@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import sparse
 
 from .._validation import check_delta, check_epsilon
 from .accountant import RdpAccountant
@@ -50,7 +51,11 @@ __all__ = [
 ORDERS = 1.0 + np.geomspace(0.02, 5000.0, 64)
 K = ORDERS.size  # weights are (K + 1,): the RDP at each order, then the direct δ
 _MAX_TOP = 64  # footprints examined exactly by the worst-pair search, per order
-_MAX_PAIRS = 2048  # pair unions evaluated before the search falls back to its bound
+_TREE_MAX_DIM = 16  # bulk neighbour queries use KD-trees up to this d, blocked GEMMs above
+# every weight sum is a float64 sum of at most 10^7 terms: a relative 1e-9 covers its
+# rounding, so the reported sums bound the exact ones
+ROUNDING = 1.0 + 1e-9
+_MAX_PAIRS = 256  # pair unions evaluated before the search falls back to its bound
 
 
 def event_weights(event: DpEvent) -> np.ndarray:
@@ -161,14 +166,30 @@ def _meets(ca: np.ndarray, ra: np.ndarray, cb: np.ndarray, rb: np.ndarray) -> np
     conservatively: ``‖c_a − c_b‖ ≤ ρ_a + ρ_b`` up to an upper bound on the rounding of
     the computed squared distance (a pair in doubt counts as meeting)."""
     d = ca.shape[1]
+    eps8 = 8.0 * (d + 4) * np.finfo(np.float64).eps
     na = np.einsum("ij,ij->i", ca, ca)
     nb = np.einsum("ij,ij->i", cb, cb)
-    d2 = na[:, None] + nb[None, :] - 2.0 * (ca @ cb.T)
-    band = 8.0 * (d + 4) * np.finfo(np.float64).eps * (na[:, None] + nb[None, :]) + 1e-300
-    s = ra[:, None] + rb[None, :]
+    d2 = ca @ cb.T
+    d2 *= -2.0
+    d2 += na[:, None]
+    d2 += nb[None, :]
     with np.errstate(invalid="ignore", over="ignore"):
-        lim = s * s * (1.0 + 1e-12)
-    return (d2 - band <= lim) | ~np.isfinite(s)
+        smax = float(np.max(ra, initial=0.0)) + float(np.max(rb, initial=0.0))
+        lim = smax * smax * (1.0 + 1e-12) + eps8 * (float(np.max(na, initial=0.0))
+                                                    + float(np.max(nb, initial=0.0)))
+    if not np.isfinite(lim):  # an infinite ball: decide every pair exactly below
+        cand = np.ones(d2.shape, dtype=bool)
+    else:
+        cand = d2 <= lim  # a necessary condition, cheap
+    i, j = np.nonzero(cand)
+    out = np.zeros(d2.shape, dtype=bool)
+    if i.size:
+        band = eps8 * (na[i] + nb[j]) + 1e-300
+        sij = ra[i] + rb[j]
+        with np.errstate(invalid="ignore", over="ignore"):
+            ok = (d2[i, j] - band <= sij * sij * (1.0 + 1e-12)) | ~np.isfinite(sij)
+        out[i[ok], j[ok]] = True
+    return out
 
 
 class FootprintIndex:
@@ -180,33 +201,92 @@ class FootprintIndex:
 
     def __init__(self, dim: int) -> None:
         self.dim = int(dim)
-        self.centres = np.empty((0, self.dim))
-        self.radii = np.empty(0)
-        self.weights = np.empty((0, K + 1))
-        self.U = np.empty((0, K + 1))
+        self._n = 0
+        self._c = np.empty((0, self.dim))
+        self._r = np.empty(0)
+        self._w = np.empty((0, K + 1))
+        self._u = np.empty((0, K + 1))
         self.total = np.zeros(K + 1)
-        self._nbr: dict[int, np.ndarray] = {}
+        self._nbr: dict[int, np.ndarray] = {}  # neighbour lists asked for, kept current
+        self._cached = np.zeros(0, dtype=bool)
+
+    centres = property(lambda self: self._c[: self._n])
+    radii = property(lambda self: self._r[: self._n])
+    weights = property(lambda self: self._w[: self._n])
+    U = property(lambda self: self._u[: self._n])
 
     def __len__(self) -> int:
-        return int(self.radii.shape[0])
+        return self._n
+
+    def _grow(self, extra: int) -> None:
+        need = self._n + extra
+        if need <= self._r.shape[0]:
+            return
+        cap = max(need, 2 * self._r.shape[0], 64)
+
+        def grow(a: np.ndarray) -> np.ndarray:
+            out = np.zeros((cap, *a.shape[1:]), dtype=a.dtype)
+            out[: self._n] = a[: self._n]
+            return out
+
+        self._c, self._r, self._w, self._u = map(grow, (self._c, self._r, self._w, self._u))
+        self._cached = grow(self._cached)
 
     # ------------------------------------------------------------------------------
-    def _neighbours_of_balls(self, c: np.ndarray, r: np.ndarray,
-                             upto: int | None = None) -> list[np.ndarray]:
-        m = len(self) if upto is None else upto
-        out: list[np.ndarray] = []
-        step = max(1, (1 << 22) // max(1, m))
-        for s in range(0, c.shape[0], step):
-            hit = _meets(c[s:s + step], r[s:s + step], self.centres[:m], self.radii[:m])
-            out.extend(np.flatnonzero(row) for row in hit)
-        return out
+    def _adjacency(self, c: np.ndarray, r: np.ndarray, upto: int) -> sparse.csr_array:
+        """``(len(c), upto)`` 0/1 CSR: which of the first ``upto`` footprints each ball
+        meets (:func:`_meets`, conservative)."""
+        m = upto
+        k = c.shape[0]
+        if m == 0 or k == 0:
+            return sparse.csr_array((k, m))
+        C, Rr = self._c[:m], self._r[:m]
+        fin_old = np.isfinite(Rr)
+        if self.dim <= _TREE_MAX_DIM and k >= 64 and k * m > (1 << 22) and np.all(np.isfinite(r)) \
+                and np.any(fin_old):
+            from scipy.spatial import cKDTree  # bulk: pairs from two trees
+
+            old_idx = np.flatnonzero(fin_old)
+            reach = (float(r.max()) + float(Rr[old_idx].max())) * (1 + 1e-9) + 1e-300
+            res = cKDTree(c).sparse_distance_matrix(cKDTree(C[old_idx]), reach,
+                                                    output_type="ndarray")
+            i = res["i"].astype(np.int64)
+            j = old_idx[res["j"].astype(np.int64)]
+            # the tree's distance errs by a relative O(d·u): a margin of 1e-9 keeps every
+            # pair in doubt (the answer must not miss a meeting pair)
+            keep = res["v"] <= (r[i] + Rr[j]) * (1 + 1e-9) + 1e-300
+            rows, cols = [i[keep]], [j[keep]]
+            inf_old = np.flatnonzero(~fin_old)  # infinite balls meet everything
+            if inf_old.size:
+                rows.append(np.repeat(np.arange(k), inf_old.size))
+                cols.append(np.tile(inf_old, k))
+            # a pair at distance exactly 0 is not stored by sparse_distance_matrix
+            zero = _same_rows(c, C)
+            rows.append(zero[0])
+            cols.append(zero[1])
+            rows, cols = np.concatenate(rows), np.concatenate(cols)
+        else:
+            out_r, out_c = [], []
+            step = max(1, (1 << 22) // max(1, m))
+            for s0 in range(0, k, step):
+                hit = _meets(c[s0:s0 + step], r[s0:s0 + step], C, Rr)
+                i, j = np.nonzero(hit)
+                out_r.append(i + s0)
+                out_c.append(j)
+            rows, cols = np.concatenate(out_r), np.concatenate(out_c)
+        a = sparse.csr_array((np.ones(rows.size), (rows, cols)), shape=(k, m))
+        a.sum_duplicates()
+        a.data[:] = 1.0
+        return a
 
     def neighbours(self, i: int) -> np.ndarray:
         """Indices of the footprints that meet footprint ``i`` (itself included)."""
         got = self._nbr.get(i)
         if got is None:
-            got = self._neighbours_of_balls(self.centres[i:i + 1], self.radii[i:i + 1])[0]
+            a = self._adjacency(self._c[i:i + 1], self._r[i:i + 1], self._n)
+            got = np.sort(a.indices.astype(np.int64))
             self._nbr[i] = got
+            self._cached[i] = True
         return got
 
     def add(self, centres: np.ndarray, radii: np.ndarray, weights: np.ndarray, *,
@@ -216,40 +296,52 @@ class FootprintIndex:
         c = np.asarray(centres, dtype=np.float64).reshape(-1, self.dim)
         r = np.asarray(radii, dtype=np.float64).reshape(-1)
         w = np.asarray(weights, dtype=np.float64).reshape(-1, K + 1)
-        if c.shape[0] == 0:
+        b = c.shape[0]
+        if b == 0:
             return
-        m0 = len(self)
-        self.centres = np.concatenate([self.centres, c])
-        self.radii = np.concatenate([self.radii, r])
-        self.weights = np.concatenate([self.weights, w])
-        self.U = np.concatenate([self.U, np.zeros_like(w)])
+        m0 = self._n
+        self._grow(b)
+        self._c[m0:m0 + b], self._r[m0:m0 + b], self._w[m0:m0 + b] = c, r, w
+        self._n = m0 + b
         self.total = self.total + w.sum(axis=0)
         if not local:
             return
-        for j, nb in enumerate(self._neighbours_of_balls(c, r, upto=m0 + c.shape[0])):
-            i = m0 + j
-            nb_old = nb[nb < i]  # each unordered pair once, from its later member
-            self.U[i] += self.weights[i] + self.weights[nb_old].sum(axis=0)
-            self.U[nb_old] += self.weights[i]
-            for k in nb_old:
-                cached = self._nbr.get(int(k))
-                if cached is not None:
-                    self._nbr[int(k)] = np.append(cached, i)
+        a = self._adjacency(c, r, m0 + b)  # new × (old + new), itself included
+        wf = np.where(np.isfinite(self._w[: m0 + b]), self._w[: m0 + b], 0.0)
+        winf = ~np.isfinite(self._w[: m0 + b])
+        self._u[m0:m0 + b] = a @ wf
+        if np.any(winf):
+            self._u[m0:m0 + b] = np.where((a @ winf.astype(np.float64)) > 0, np.inf,
+                                          self._u[m0:m0 + b])
+        old = a[:, :m0].tocsc()
+        if m0 and old.nnz:
+            touched = np.unique(old.indices)
+            sub = old[:, touched].T.tocsr()  # touched old × new
+            self._u[touched] += sub @ np.where(np.isfinite(w), w, 0.0)
+            if not np.all(np.isfinite(w)):
+                hit = (sub @ (~np.isfinite(w)).astype(np.float64)) > 0
+                self._u[touched] = np.where(hit, np.inf, self._u[touched])
+            cached = touched[self._cached[touched]]
+            if cached.size:
+                lil = old[:, cached].T.tocsr()
+                for pos, k in enumerate(cached):
+                    extra = lil.indices[lil.indptr[pos]:lil.indptr[pos + 1]] + m0
+                    self._nbr[int(k)] = np.concatenate([self._nbr[int(k)], np.sort(extra)])
 
     # ------------------------------------------------------------------------------
     def point_cost(self, points: np.ndarray) -> np.ndarray:
         """``(k, K + 1)``: the weight charged to a row at each point — the sum over the
         footprints that contain it (a point in doubt counts as contained)."""
         p = np.asarray(points, dtype=np.float64).reshape(-1, self.dim)
-        if len(self) == 0:
+        if self._n == 0:
             return np.zeros((p.shape[0], K + 1))
-        hit = _meets(p, np.zeros(p.shape[0]), self.centres, self.radii)
-        w = np.where(np.isfinite(self.weights), self.weights, 0.0)
-        out = hit.astype(np.float64) @ w
-        inf_cols = ~np.isfinite(self.weights)
+        hit = self._adjacency(p, np.zeros(p.shape[0]), self._n)
+        W = self.weights
+        out = hit @ np.where(np.isfinite(W), W, 0.0)
+        inf_cols = ~np.isfinite(W)
         if np.any(inf_cols):
-            out = np.where(hit.astype(np.int64) @ inf_cols.astype(np.int64) > 0, np.inf, out)
-        return out
+            out = np.where((hit @ inf_cols.astype(np.float64)) > 0, np.inf, out)
+        return np.asarray(out) * ROUNDING
 
     def worst_pair(self, extra: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]] = (),
                    cols: Iterable[int] | None = None) -> np.ndarray:
@@ -258,33 +350,58 @@ class FootprintIndex:
         a call being priced) are included without being stored. Only the columns
         ``cols`` are searched (the others are set to the global total, also a bound)."""
         extras = list(extra)
-        if extras:
-            probe = FootprintIndex(self.dim)
-            probe.centres, probe.radii = self.centres, self.radii
-            probe.weights, probe.U, probe.total = self.weights, self.U.copy(), self.total
-            probe._nbr = {k: v for k, v in self._nbr.items()}
-            for c, r, w in extras:
-                probe.add(c, r, w)
-            return probe._worst(cols)
-        return self._worst(cols)
+        if not extras:
+            return self._worst(cols)
+        # a probe: the new balls appended past the end, then forgotten (the arrays keep
+        # their capacity; U, the total and the neighbour lists are restored)
+        n0, total0 = self._n, self.total.copy()
+        c = np.concatenate([np.asarray(e[0], dtype=np.float64).reshape(-1, self.dim)
+                            for e in extras])
+        r = np.concatenate([np.asarray(e[1], dtype=np.float64).reshape(-1) for e in extras])
+        w = np.concatenate([np.asarray(e[2], dtype=np.float64).reshape(-1, K + 1)
+                            for e in extras])
+        a = self._adjacency(c, r, n0).tocsc()
+        touched = np.unique(a.indices) if a.nnz else np.zeros(0, dtype=np.int64)
+        saved_u = self._u[touched].copy()
+        saved_nbr = dict(self._nbr)
+        try:
+            self.add(c, r, w)
+            return self._worst(cols)
+        finally:  # exactly the state before (lists computed meanwhile hold probe balls)
+            self._u[touched] = saved_u
+            self._cached[: self._n] = False
+            self._nbr = saved_nbr
+            if saved_nbr:
+                self._cached[np.fromiter(saved_nbr, dtype=np.int64)] = True
+            self._n, self.total = n0, total0
 
     def _worst(self, cols: Iterable[int] | None = None) -> np.ndarray:
-        m = len(self)
-        out = self.total.copy()
+        m = self._n
+        out = self.total.copy()  # a bound for the columns not searched
         if m == 0:
             return np.zeros(K + 1)
         unions: dict[tuple[int, int], np.ndarray] = {}
+        columns = list(range(K + 1) if cols is None else cols)
+        W = self.weights[:, columns]
+        where = {c: i for i, c in enumerate(columns)}
+        masks: dict[int, np.ndarray] = {}
 
         def union(a: int, b: int) -> np.ndarray:
+            """Weight of the footprints meeting a or b: W(N(a)) + W(N(b) \\ N(a))."""
             key = (a, b) if a < b else (b, a)
             got = unions.get(key)
             if got is None:
-                idx = np.union1d(self.neighbours(a), self.neighbours(b))
-                got = self.weights[idx].sum(axis=0)
+                if a not in masks:
+                    mk = np.zeros(m, dtype=bool)
+                    mk[self.neighbours(a)] = True
+                    masks[a] = mk
+                nb = self.neighbours(b)
+                only_b = nb[~masks[a][nb]]
+                got = W[self.neighbours(a)].sum(axis=0) + W[only_b].sum(axis=0)
                 unions[key] = got
             return got
 
-        for col in range(K + 1) if cols is None else cols:
+        for col in columns:
             u = self.U[:, col]
             if not np.all(np.isfinite(u)):
                 out[col] = math.inf
@@ -306,9 +423,42 @@ class FootprintIndex:
                     if evals >= _MAX_PAIRS:  # bounds every pair not yet evaluated
                         stop = ut[a] + ut[min(a + 1, k - 1)]
                         break
-                    best = max(best, float(union(int(top[a]), int(top[b]))[col]))
+                    best = max(best, float(union(int(top[a]), int(top[b]))[where[col]]))
                     evals += 1
                 if stop:
                     break
             out[col] = min(max(best, stop, rest if k < m else 0.0), self.total[col])
-        return out
+        return out * ROUNDING
+
+    def global_weights(self) -> np.ndarray:
+        """The weights charged to every pair under global accounting: the total."""
+        return self.total * ROUNDING
+
+
+def _same_rows(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Index pairs ``(i, j)`` with ``a[i] == b[j]`` bit for bit (distance exactly 0)."""
+    va = np.ascontiguousarray(a).view(np.dtype((np.void, a.dtype.itemsize * a.shape[1])))
+    vb = np.ascontiguousarray(b).view(np.dtype((np.void, b.dtype.itemsize * b.shape[1])))
+    va, vb = va.ravel(), vb.ravel()
+    order = np.argsort(vb, kind="stable")
+    lo = np.searchsorted(vb[order], va, side="left")
+    hi = np.searchsorted(vb[order], va, side="right")
+    cnt = hi - lo
+    i = np.repeat(np.arange(va.size), cnt)
+    j = order[np.concatenate([np.arange(s0, s1) for s0, s1 in zip(lo, hi, strict=True)])
+               if cnt.sum() else np.zeros(0, dtype=np.int64)]
+    return i, j.astype(np.int64)
+
+
+def _meets_pairs(ca: np.ndarray, ra: np.ndarray, cb: np.ndarray, rb: np.ndarray
+                 ) -> np.ndarray:
+    """:func:`_meets` for aligned pairs of balls (rows of ``ca`` with rows of ``cb``)."""
+    d = ca.shape[1]
+    na = np.einsum("ij,ij->i", ca, ca)
+    nb = np.einsum("ij,ij->i", cb, cb)
+    d2 = na + nb - 2.0 * np.einsum("ij,ij->i", ca, cb)
+    band = 8.0 * (d + 4) * np.finfo(np.float64).eps * (na + nb) + 1e-300
+    s = ra + rb
+    with np.errstate(invalid="ignore", over="ignore"):
+        lim = s * s * (1.0 + 1e-12)
+    return (d2 - band <= lim) | ~np.isfinite(s)
