@@ -21,7 +21,7 @@ from .memory import BankMutatedError, LSEMemory, LSRMemory
 from .plan import ReleasePlan, plan_release
 from .results import NoiselessResult, load_result, noiseless_retrieve, save_result
 
-__version__ = "0.1.0"
+__version__ = "0.1.1"
 
 __all__ = [
     "BudgetExceededError",
