@@ -14,22 +14,42 @@ if "BRACE_MNIST_DIR" not in os.environ and _SHARED_MNIST.is_dir():
     os.environ["BRACE_MNIST_DIR"] = str(_SHARED_MNIST)
 
 
+# One short skip reason, reported once: -ra folds identical reasons only per file and
+# line, so the hook below files every MNIST skip under this conftest.
+MNIST_SKIP = "MNIST test split not found: set BRACE_MNIST_DIR to a directory holding it"
+
+
 def _mnist_dir_or_skip():
     from brace.experiments.mnist_data import find_mnist_dir
 
     try:
         return find_mnist_dir()
-    except FileNotFoundError as exc:
-        pytest.skip(f"MNIST test split not available: {exc}")
+    except FileNotFoundError:
+        pytest.skip(MNIST_SKIP)
 
 
 @pytest.fixture(scope="session")
-def quick_run(tmp_path_factory):
+def mnist_dir():
+    """The directory holding the MNIST IDX test split (the test skips without it)."""
+    return _mnist_dir_or_skip()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if (rep.skipped and isinstance(rep.longrepr, tuple)
+            and rep.longrepr[2].removeprefix("Skipped: ") == MNIST_SKIP):
+        rep.longrepr = (__file__, None, rep.longrepr[2])
+
+
+@pytest.fixture(scope="session")
+def quick_run(tmp_path_factory, mnist_dir):
     """One ``--quick`` MNIST run (skipped without the data), shared by the experiment and
     CLI tests: its output and cache directories, the summary and the output bytes."""
     from brace.experiments.mnist import QUICK, run_mnist
 
-    data = _mnist_dir_or_skip()
+    data = mnist_dir
     base = tmp_path_factory.mktemp("mnist")
     out, cache = base / "out", base / "cache"
     summary = run_mnist(QUICK, out, data_dir=data, cache_dir=cache, progress=False)

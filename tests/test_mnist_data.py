@@ -21,17 +21,9 @@ from brace.experiments.mnist_data import (
 )
 
 
-def _data_dir_or_skip():
-    try:
-        return find_mnist_dir()
-    except FileNotFoundError as exc:
-        pytest.skip(f"MNIST test split not available: {exc}")
-
-
 @pytest.fixture(scope="module")
-def mnist():
-    d = _data_dir_or_skip()
-    return d, load_mnist_test(d)
+def mnist(mnist_dir):
+    return mnist_dir, load_mnist_test(mnist_dir)
 
 
 @pytest.fixture()
