@@ -52,6 +52,7 @@ from .._validation import (
 )
 from ..datasets import PAPER_MIXTURE, MixtureSpec, sample_mixture
 from ..mechanisms import no_correction_kappa
+from ..plan import recorded_kappa
 from ._common import NOT_DP_LABEL, mean_ci95, metadata, pyplot, save_figure
 
 __all__ = [
@@ -352,7 +353,7 @@ def activation_check(memory: LSRMemory, queries: np.ndarray, result: Any) -> Act
     if result.method != "brace":
         raise ValueError(f"activation_check needs a BRACE result; got {result.method!r}.")
     p = result.params
-    r, T, kappa = float(p["radius"]), int(p["steps"]), float(p["kappa"])
+    r, T, kappa = float(p["radius"]), int(p["steps"]), recorded_kappa(p)
     q = np.asarray(queries, dtype=np.float64)
     Q, d = q.shape
     hist = np.concatenate([q[:, None, :], result.outputs[:, :-1]], axis=1)  # Y_0..Y_{T-1}
