@@ -143,8 +143,9 @@ class ReleasePlan:
     def params(self, seed: Any = None) -> dict[str, Any]:
         """The ``params`` record of the release (``PrivateRetrievalResult.params``).
 
-        ``kappa`` is None where κ = ∞ (no correction runs, or none can activate), with
-        ``kappa_rule`` saying why: a record that is JSON as it stands."""
+        ``kappa`` is None where κ = ∞ (the count release and the baselines, which never
+        correct, or κ = ∞ given), with ``kappa_rule`` saying why: a record that is JSON
+        as it stands."""
         return {
             "radius": self.radius,
             "kappa": self.kappa if math.isfinite(self.kappa) else None,
