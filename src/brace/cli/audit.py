@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from ..mechanisms import DEFAULT_KAPPA, METHODS
 from ._args import (
     DEFAULT_DELTA,
@@ -127,13 +129,12 @@ def run(args: argparse.Namespace) -> int:
     accounting = args.accounting or AuditConfig.accounting
     # the release brace retrieve would run with these flags (release mode and γ, from
     # public values; the default is the library's, auto for BRACE), audited as such
+    if np.ndim(bank) != 2:
+        raise ValueError(f"--bank must hold an (n, d) array; got shape {np.shape(bank)}.")
     plan = plan_release((bank.shape[0], bank.shape[1]), radius=radius, method=args.method,
                         epsilon=args.epsilon, delta=delta, steps=args.steps, kappa=kappa,
                         gamma=args.gamma, accounting=accounting, release=args.release_mode)
     brace_smooth = plan.method == "brace" and plan.release == "smooth"
-    if say is not None and plan.method == "brace":
-        say(f"release {plan.release} ({plan.release_rule})"
-            + (f", gamma = {plan.gamma:.6g} ({plan.gamma_rule})" if brace_smooth else ""))
     cfg = AuditConfig(
         method=args.method, epsilon=args.epsilon, delta=delta, steps=args.steps,
         radius=radius, kappa=kappa, gamma=plan.gamma if brace_smooth else None,
@@ -148,6 +149,9 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     res = audit(bank, query, cfg, replacement=replacement, progress=say)
     print(res)
+    if plan.method == "brace":
+        print(f"audited release: {plan.release} ({plan.release_rule})"
+              + (f", gamma = {plan.gamma:.6g} ({plan.gamma_rule})" if brace_smooth else ""))
     if args.out is not None:
         write_json(args.out, res.to_dict())
         print(f"wrote {args.out}")
