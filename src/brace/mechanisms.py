@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from ._io import strict_json
 from ._runners import _endpoint, _iterative, endpoint_sensitivity, global_sensitivity
 from ._validation import (
     as_float_array,
@@ -114,7 +115,8 @@ class PrivateRetrievalResult:
     correction_norm : (Q, T) ``‖R_t‖ = ‖z_t - a_t‖`` (diagnostic).
     privacy : :class:`brace.accounting.PrivacySpent` — the per-query budget, per-step ρ,
         ``queries`` and ``epsilon_total`` (all queries composed, at the same δ).
-    params : dict — radius, kappa, gamma, steps, output_projection, seed.
+    params : dict — radius, kappa (as it runs; None for ∞), kappa_rule, gamma,
+        gamma_rule, release, release_rule, steps, output_projection, seed, accounting.
     clean : (Q, T+1, d) noiseless trajectory — only when ``return_clean=True``; it is
         **not private** and must not be released.
     queries : (Q, d) the (public) queries.
@@ -180,7 +182,7 @@ class PrivateRetrievalResult:
             **({} if self.released_counts is None
                else {"released_counts": plain(self.released_counts)}),
             "privacy": self.privacy.to_dict(),
-            "params": dict(self.params),
+            "params": strict_json(dict(self.params)),
         }
         if not include_seed and out["params"].get("seed") is not None:
             out["params"]["seed"] = None
@@ -206,8 +208,12 @@ class PrivateRetrievalResult:
         return json.dumps(self.to_dict(**kw), allow_nan=False)
 
     def summary(self, *, diagnostics: bool = False) -> str:
-        """Readable summary; ``diagnostics=True`` adds per-step means of the diagnostics
-        (data-dependent, not covered by ε)."""
+        """Readable summary of the release and its privacy (what ``str`` shows).
+
+        ``diagnostics=True`` adds per-step means of the noise std and the sensitivity bound
+        (and BRACE's activation rate). For smooth BRACE and naive they are computed from
+        the bank and **not covered by ε**; for the count release, global and endpoint they
+        are public (functions of the released counts and states, or fixed)."""
         Q, T, d = self.outputs.shape
         tag = "" if self.is_private else "  [NOT DIFFERENTIALLY PRIVATE]"
         lines = [
@@ -230,23 +236,41 @@ class PrivateRetrievalResult:
                 "which reveals the gate count: NOT differentially private."
             )
         if diagnostics and self.noise_std is not None:
-            lines.append("  diagnostics (data-dependent, NOT covered by epsilon):")
+            count = getattr(self.privacy, "release", "smooth") == "count"
+            if count:
+                head = "public: set by the released noisy counts"
+                sens = "mean proposed sensitivity b_t per step"
+            elif self.method in ("global", "endpoint"):
+                head, sens = "public: fixed sensitivity", ""
+            else:
+                head = "data-dependent, NOT covered by epsilon"
+                sens = "mean smooth sensitivity per step" if self.method == "brace" else ""
+            lines.append(f"  diagnostics ({head}):")
             lines.append(
                 f"    mean noise std per step: {np.round(self.noise_std.mean(0), 6).tolist()}"
             )
-            if self.smooth_sensitivity is not None:
+            if sens and self.smooth_sensitivity is not None:
                 lines.append(
-                    "    mean smooth sensitivity per step: "
-                    f"{np.round(self.smooth_sensitivity.mean(0), 6).tolist()}"
+                    f"    {sens}: {np.round(self.smooth_sensitivity.mean(0), 6).tolist()}"
                 )
-                if self.activated is not None:
-                    lines.append(
-                        f"    activation rate per step: {self.activated.mean(0).tolist()}"
-                    )
+            if self.method == "brace" and not count and self.activated is not None:
+                lines.append(f"    activation rate per step: {self.activated.mean(0).tolist()}")
         return "\n".join(lines)
 
     def __str__(self) -> str:
-        return self.summary(diagnostics=True)
+        """The release and its privacy only; diagnostics with ``summary(diagnostics=True)``."""
+        return self.summary()
+
+    def __repr__(self) -> str:
+        """The release and its privacy only (no diagnostics, no seed)."""
+        Q, T, d = self.outputs.shape
+        p = self.privacy
+        priv = (f"({p.epsilon:g}, {p.delta:g})-DP per query, epsilon_total="
+                f"{p.epsilon_total:.6g}" if self.is_private else "NOT differentially private")
+        counts = "" if self.released_counts is None else ", released_counts=(Q, T) int"
+        return (f"PrivateRetrievalResult(method={self.method!r}, is_private={self.is_private}, "
+                f"release={self.params.get('release', '')!r}, outputs=(Q, T, d)=({Q}, {T}, "
+                f"{d}){counts}, privacy={priv})")
 
 
 @pins_bank
@@ -293,7 +317,9 @@ def private_retrieve(
         clean gates are empty or hold fewer than about 1/γ memories correction won
         (``docs/experiments.md`` §4–§5). When correcting, a public γ above the default
         often pays (paper setting, κ = 0: final error 0.071 at the default γ, 0.054 at
-        γ = 0.4).
+        γ = 0.4). ``params["kappa"]`` records the κ that runs: None (κ = ∞) for the count
+        release and the baselines, which never correct, and ``params["kappa_rule"]`` says
+        why.
     gamma : float, None or "gates"
         Smoothness γ of Δ̄ (BRACE). None: the data-independent fraction-0.9 rule of
         :func:`brace.policy.choose_gamma`. ``"gates"``: the data-independent
@@ -324,18 +350,21 @@ def private_retrieve(
         each step releases a noisy gate count ``m̃_t`` (pure DP, two-sided geometric), which
         proposes the public sensitivity ``b_t = 2r/max(m̃_t − margin, 1)``, then adds
         Gaussian noise of std ``b_t/sqrt(2ρ_G)``; no variance mismatch, so the cost does not
-        grow with d. No boundary correction (κ is ignored). The noisy counts are part of the
-        release (``released_counts``). ``"auto"`` (``docs/privacy-accounting.md`` §10):
-        with a γ given (a number or ``"gates"``), the smooth release with it; otherwise
-        :func:`brace.policy.choose_release` picks, from public ε, δ, T, d, n only,
-        the smooth release (largest γ) or the count release (largest count share) whose
-        noise never exceeds 1.05× global, by the smaller predicted noise/oracle ratio
-        over gate sizes — the count release only where no correction can fire (κ = ∞,
-        or ``κ ≥ no_correction_kappa(T)`` with the projection). The choice is recorded
-        in ``params["release_rule"]`` (and γ's in ``params["gamma_rule"]``).
+        grow with d. No boundary correction (κ is not used; recorded as None, i.e. ∞).
+        The noisy counts are part of the release (``released_counts``). ``"auto"``
+        (``docs/privacy-accounting.md`` §10): with a γ given (a number or ``"gates"``),
+        the smooth release with it; otherwise :func:`brace.policy.choose_release`
+        picks, from public ε, δ, T, d, n only, the smooth release (largest γ) or the
+        count release (largest count share) whose noise never exceeds 1.05× global, by
+        the smaller predicted noise/oracle ratio over gate sizes — the count release only
+        where no correction can fire (κ = ∞, or ``κ ≥ no_correction_kappa(T)`` with the
+        projection). The choice is recorded in ``params["release_rule"]`` (and γ's in
+        ``params["gamma_rule"]``).
     progress : callable ``progress(t, T)``, optional
         Called after each released step (``t = 1..T``; once for the endpoint method);
-        the CLI uses it for a progress bar on long horizons. Horizons are bounded by
+        the CLI uses it for a progress bar on long horizons. It must not edit the bank:
+        an edit is refused at the call's exit, but one undone before the call returns
+        is not detected (``docs/scale.md``, "No copies"). Horizons are bounded by
         :data:`brace._validation.MAX_STEPS`.
     _innovations : array (Q, R, d), private
         Internal (the audit scales the innovations to test itself): standard normal

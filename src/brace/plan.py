@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -47,6 +48,7 @@ __all__ = [
     "ReleasePlan",
     "no_correction_kappa",
     "plan_release",
+    "recorded_kappa",
 ]
 
 METHODS = ("brace", "global", "endpoint", "naive")
@@ -71,7 +73,11 @@ class ReleasePlan:
     gamma : float — smoothness γ of Δ̄ (0 for fixed sensitivity and the count release).
     gamma_rule : str — ``"given"``, ``"fraction-0.9"``, ``"gates"``,
         ``"none (count release)"`` or ``"none (fixed sensitivity)"``.
-    steps : int — horizon T. radius : float — r. kappa : float — activation κ.
+    steps : int — horizon T. radius : float — r.
+    kappa : float — activation κ of the correction that runs: as given for smooth BRACE;
+        ∞ for the count release and the baselines, which never correct (whatever κ the
+        caller passed). kappa_rule : str — ``"given"``, ``"given (…)"`` when no bank can
+        activate the correction, or ``"none (…)"`` when no correction runs.
     accounting : str — ``"rdp"`` or ``"paper"``.
     output_projection : bool — project release t onto ``B̄(q, (t+1)r)``.
     n, dim : int — bank size and dimension (public). queries : int — queries per call.
@@ -102,6 +108,7 @@ class ReleasePlan:
     spent: PrivacySpent | None
     count_share: float | None = None
     proposal_delta: float | None = None
+    kappa_rule: str = "given"
 
     @property
     def is_private(self) -> bool:
@@ -135,10 +142,15 @@ class ReleasePlan:
         return self.spent.count_margin if self.spent is not None else 0
 
     def params(self, seed: Any = None) -> dict[str, Any]:
-        """The ``params`` record of the release (``PrivateRetrievalResult.params``)."""
+        """The ``params`` record of the release (``PrivateRetrievalResult.params``).
+
+        ``kappa`` is None where κ = ∞ (the count release and the baselines, which never
+        correct, or κ = ∞ given), with ``kappa_rule`` saying why: a record that is JSON
+        as it stands."""
         return {
             "radius": self.radius,
-            "kappa": self.kappa,
+            "kappa": self.kappa if math.isfinite(self.kappa) else None,
+            "kappa_rule": self.kappa_rule,
             "gamma": self.gamma,
             "gamma_rule": self.gamma_rule,
             "release": self.release,
@@ -155,15 +167,15 @@ class ReleasePlan:
         out["spent"] = None if self.spent is None else self.spent.to_dict()
         if not math.isfinite(self.kappa):
             out["kappa"] = None
-            out["kappa_null_reason"] = "infinite (the correction never activates)"
+            out["kappa_null_reason"] = f"infinite: {self.kappa_rule}"
         return out
 
     def __str__(self) -> str:
         lines = [
             f"ReleasePlan: method={self.method!r}, release={self.release!r} "
             f"({self.release_rule})",
-            f"  T = {self.steps}, r = {self.radius:g}, kappa = {self.kappa:g}, "
-            f"n = {self.n}, d = {self.dim}, queries = {self.queries}",
+            f"  T = {self.steps}, r = {self.radius:g}, kappa = {self.kappa:g} "
+            f"[{self.kappa_rule}], n = {self.n}, d = {self.dim}, queries = {self.queries}",
             f"  gamma = {self.gamma:.6g} ({self.gamma_rule}), noise multiplier = "
             f"{self.noise_multiplier:.8g}, output projection = {self.output_projection}",
         ]
@@ -249,6 +261,10 @@ def plan_release(
        ``release="count"``; the choice's for ``"auto"``) and the margin
        ``M = ⌈log(1/(δ_c(1 + e^{−ε_c})))/ε_c⌉`` (§9). The noise multiplier is
        ``1/sqrt(2ρ)`` (``1/sqrt(2ρ_G)`` for the count release).
+    4. **κ as it runs.** Smooth BRACE records κ as given (``kappa_rule`` notes when no
+       bank can activate the correction, ``docs/privacy.md`` §4). The count release and
+       the baselines never correct: they record ``κ = ∞`` with ``kappa_rule`` saying so,
+       whatever κ was passed (``docs/spec.md`` §2; ``docs/privacy-accounting.md`` §9).
     """
     n, dim, r = _shape(memory, radius)
     if method not in METHODS:
@@ -281,10 +297,11 @@ def plan_release(
     if not budget and release != "smooth":
         raise ValueError(f"release={release!r} needs the budget (epsilon, delta): its split "
                          "and margin are calibrated from it.")
-    common = dict(method=method, steps=T, radius=r, kappa=kap, accounting=accounting,
+    common = dict(method=method, steps=T, radius=r, accounting=accounting,
                   output_projection=proj, n=n, dim=dim, queries=Q)
     if not budget:
-        return ReleasePlan(**common, release=release if brace else FIXED,
+        return ReleasePlan(**common, **_kappa_record(kap, brace, release, proj, T),
+                           release=release if brace else FIXED,
                            release_rule="given", gamma=gamma,
                            gamma_rule=gamma_rule if brace else "none (fixed sensitivity)",
                            noise_multiplier=1.0, spent=None)
@@ -319,6 +336,7 @@ def plan_release(
                            gamma if brace else 0.0, accounting, method)
     return ReleasePlan(
         **common,
+        **_kappa_record(kap, brace, release, proj, T),
         release=release if brace else FIXED,
         release_rule=release_rule,
         gamma=spent.gamma,
@@ -328,6 +346,23 @@ def plan_release(
         count_share=share,
         proposal_delta=f_delta,
     )
+
+
+def _kappa_record(kappa: float, brace: bool, release: str, proj: bool,
+                  steps: int) -> dict[str, Any]:
+    """The κ that runs, and why: a release without correction records ∞, never the κ the
+    caller passed (it would claim a correction that did not run)."""
+    if not brace:
+        return {"kappa": math.inf, "kappa_rule": "none (fixed sensitivity: no correction)"}
+    if release == "count":
+        return {"kappa": math.inf, "kappa_rule": "none (count release: no correction)"}
+    if math.isfinite(kappa) and proj and kappa >= no_correction_kappa(steps):
+        return {"kappa": kappa, "kappa_rule": "given (no correction can fire: kappa >= "
+                "no_correction_kappa(T) with the output projection)"}
+    if not math.isfinite(kappa):
+        return {"kappa": kappa, "kappa_rule": "given (infinite: the correction never "
+                "activates)"}
+    return {"kappa": kappa, "kappa_rule": "given"}
 
 
 def _shape(memory: Any, radius: Any) -> tuple[int, int, float]:
@@ -385,6 +420,12 @@ def _calibrate(eps: float, dlt: float, releases: int, dim: int, gamma: float | N
     tens of ms."""
     return _acc.calibrate(eps, dlt, releases, dim=dim, gamma=gamma, accounting=accounting,
                           mechanism=method)
+
+
+def recorded_kappa(params: Mapping[str, Any]) -> float:
+    """The κ a ``params`` record says ran: None (null in a file) is κ = ∞."""
+    k = params.get("kappa", DEFAULT_KAPPA)
+    return math.inf if k is None else float(k)
 
 
 def no_correction_kappa(steps: int) -> float:

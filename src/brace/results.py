@@ -32,17 +32,27 @@ import numpy as np
 
 from ._io import atomic_write_text, save_npz, strict_json
 from ._runners import _iterative, endpoint_sensitivity
-from ._validation import check_queries, check_steps
-from .accounting import PrivacySpent
+from ._validation import (
+    check_bool,
+    check_delta,
+    check_epsilon,
+    check_int_at_least,
+    check_nonnegative,
+    check_positive,
+    check_queries,
+    check_steps,
+)
+from .accounting import ACCOUNTING_RULES, PrivacySpent
 from .mechanisms import (
     DIAGNOSTIC_FIELDS,
     METHODS,
+    PRIVATE_METHODS,
     RESULT_SCHEMA,
     NotPrivateWarning,
     PrivateRetrievalResult,
 )
 from .memory import LSRMemory
-from .plan import plan_release
+from .plan import plan_release, recorded_kappa
 
 __all__ = [
     "RESULT_KEYS",
@@ -142,16 +152,22 @@ def save_result(
     *,
     include_diagnostics: bool = False,
     include_seed: bool = False,
+    overwrite: bool = False,
 ) -> Path:
     """Write ``result`` atomically as ``.npz`` or ``.json`` in the one schema.
 
     The seed record is withheld unless ``include_seed`` (it regenerates the noise: a
-    file that holds it must not be published); diagnostics only if asked."""
+    file that holds it must not be published); diagnostics only if asked. An existing
+    file is replaced only with ``overwrite=True`` (the rule of ``brace retrieve
+    --overwrite``); otherwise a ``FileExistsError`` names it."""
     if not isinstance(result, PrivateRetrievalResult | NoiselessResult):
         raise TypeError(f"result must be a PrivateRetrievalResult or NoiselessResult; got "
                         f"{type(result).__name__}.")
     p = Path(path)
     fmt = _format(p)
+    if not check_bool("overwrite", overwrite) and p.exists():
+        raise FileExistsError(f"result path {str(p)!r} already exists; pass overwrite=True "
+                              "to replace it, or choose another path.")
     d = result.to_dict(include_seed=include_seed) if isinstance(
         result, PrivateRetrievalResult) else result.to_dict()
     if fmt == "json":
@@ -214,7 +230,10 @@ def _read(p: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         if k.startswith(_DIAG_PREFIX):
             continue
         if k in ("privacy", "params"):
-            doc[k] = json.loads(str(v), parse_constant=_no_constants)
+            try:
+                doc[k] = json.loads(str(v), parse_constant=_no_constants)
+            except ValueError as exc:  # json.JSONDecodeError is a ValueError
+                raise _field_error(p, k, f"is not valid JSON ({exc})") from None
         elif v.ndim == 0:
             doc[k] = v.item()
         else:
@@ -232,8 +251,17 @@ def load_result(path: str | os.PathLike) -> PrivateRetrievalResult | NoiselessRe
     """Load a result written by :func:`save_result` (or ``brace retrieve --out``).
 
     Returns a :class:`PrivateRetrievalResult` (diagnostics None unless they were saved)
-    or a :class:`NoiselessResult` for ``method="none"``. A file that is not in the
-    schema is a clear ``ValueError`` naming what is missing.
+    or a :class:`NoiselessResult` for ``method="none"``.
+
+    The file is checked, and refused with a ``ValueError`` that names it and the field,
+    when it is not in the schema or not consistent (``docs/results.md``, "Loading"):
+    non-finite outputs or queries, ``params`` that is not a mapping, ``privacy`` that is
+    not a JSON object or holds an out-of-range value (ε ≤ 0, δ ∉ (0, 1), …), shapes that
+    disagree with the record, a count release without its ``released_counts``, and a
+    privacy record that its own noise does not imply: the calibration is recomputed from
+    the saved (ε, δ, T, d, γ, accounting, method; for the count release its count
+    budget) with :mod:`brace.accounting`, and ``rho_per_step``, the RDP-accounted ε and
+    ``epsilon_total`` must agree (to 10⁻⁶ relative). An edited ε is refused.
     """
     p = Path(path)
     doc, diags = _read(p)
@@ -245,26 +273,33 @@ def load_result(path: str | os.PathLike) -> PrivateRetrievalResult | NoiselessRe
             f"{p} has result schema {doc['schema']!r}; this version reads {RESULT_SCHEMA!r}."
         )
     method = doc["method"]
-    outputs = np.asarray(doc["outputs"], dtype=np.float64)
-    queries = np.asarray(doc["queries"], dtype=np.float64)
+    if not isinstance(method, str):
+        raise _field_error(p, "method", f"must be a string; got {method!r}.")
+    is_private = doc["is_private"]
+    if not isinstance(is_private, bool):
+        raise _field_error(p, "is_private", f"must be true or false; got {is_private!r}.")
+    outputs = _finite_array(p, "outputs", doc["outputs"])
+    queries = _finite_array(p, "queries", doc["queries"])
     if outputs.ndim != 3 or queries.ndim != 2 or queries.shape[0] != outputs.shape[0] \
             or queries.shape[1] != outputs.shape[2]:
         raise ValueError(f"{p}: outputs {outputs.shape} and queries {queries.shape} do not "
                          "form (Q, T, d) and (Q, d).")
-    params = dict(doc["params"])
+    params = _params(p, doc["params"])
     if method == "none":
+        if doc["privacy"] is not None or is_private:
+            raise ValueError(f"{p}: method 'none' is the noiseless trajectory: its privacy "
+                             "must be null and is_private false; the file is inconsistent.")
         return NoiselessResult(outputs, queries, params)
     if method not in METHODS:
-        raise ValueError(f"{p}: unknown method {method!r}.")
-    privacy = PrivacySpent.from_dict(doc["privacy"])
-    is_private = bool(doc["is_private"])
-    if is_private and not (privacy.is_private and method != "naive"):
-        raise ValueError(f"{p} claims is_private=True for a release without a guarantee "
-                         f"(method {method!r}); the file is inconsistent.")
+        raise _field_error(p, "method", f"unknown method {method!r}; expected one of "
+                           f"{METHODS} or 'none'.")
+    privacy = _privacy(p, doc["privacy"], method, outputs, params)
+    if is_private != (privacy.is_private and method in PRIVATE_METHODS):
+        raise ValueError(f"{p} claims is_private={is_private} for method {method!r} whose "
+                         f"privacy record is_private={privacy.is_private}; the file is "
+                         "inconsistent.")
     fields = {k: diags.get(k) for k in DIAGNOSTIC_FIELDS}
-    counts = doc.get("released_counts")
-    if counts is not None:
-        fields["released_counts"] = np.asarray(counts, dtype=np.int64)
+    fields["released_counts"] = _counts(p, doc.get("released_counts"), privacy, outputs)
     return PrivateRetrievalResult(
         method=method,
         is_private=is_private,
@@ -276,10 +311,193 @@ def load_result(path: str | os.PathLike) -> PrivateRetrievalResult | NoiselessRe
     )
 
 
-def _kappa(params: dict) -> float:
-    """The recorded κ (null in a file means κ = ∞)."""
-    k = params.get("kappa", 128.0)
-    return math.inf if k is None else float(k)
+def _field_error(p: Path, name: str, message: str) -> ValueError:
+    return ValueError(f"{p}: field {name!r}: {message}")
+
+
+def _finite_array(p: Path, name: str, value: Any) -> np.ndarray:
+    try:
+        a = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise _field_error(p, name, f"must be an array of numbers ({exc}).") from None
+    if not np.all(np.isfinite(a)):
+        raise _field_error(p, name, "holds NaN or infinite values (null in JSON); a saved "
+                           "release is finite.")
+    return a
+
+
+def _params(p: Path, value: Any) -> dict[str, Any]:
+    """The ``params`` mapping, checked (``kappa`` None means κ = ∞, as in memory)."""
+    if not isinstance(value, dict):
+        raise _field_error(p, "params", "must be a mapping (a JSON object of the release's "
+                           f"parameters); got {type(value).__name__}.")
+    params = dict(value)
+    for key, check in (("steps", check_steps),
+                       ("radius", lambda v: check_positive("radius", v))):
+        if key not in params:
+            raise _field_error(p, f"params.{key}", "missing.")
+        try:
+            check(params[key])
+        except (TypeError, ValueError) as exc:
+            raise _field_error(p, f"params.{key}", str(exc)) from None
+    if params.get("kappa") is not None:
+        try:
+            check_nonnegative("kappa", params["kappa"], allow_inf=True)
+        except (TypeError, ValueError) as exc:
+            raise _field_error(p, "params.kappa", str(exc)) from None
+    return params
+
+
+_PRIVACY_CHECKS: tuple[tuple[str, Any], ...] = (
+    ("epsilon", check_epsilon),
+    ("delta", check_delta),
+    ("steps", check_steps),
+    ("dim", lambda v: check_int_at_least("dim", v, 1)),
+    ("queries", lambda v: check_int_at_least("queries", v, 1)),
+    ("gamma", lambda v: check_nonnegative("gamma", v)),
+    ("rho_per_step", lambda v: check_positive("rho_per_step", v)),
+    ("eps_count", lambda v: check_nonnegative("eps_count", v)),
+    ("delta_count", lambda v: check_nonnegative("delta_count", v)),
+    ("count_margin", lambda v: check_int_at_least("count_margin", v, 0)),
+)
+_RTOL = 1e-6  # recomputed calibration vs the record (the bisection's tolerance is 1e-9)
+
+
+def _privacy(p: Path, record: Any, method: str, outputs: np.ndarray,
+             params: dict[str, Any]) -> PrivacySpent:
+    """The saved privacy record, validated and checked against the calibration that its
+    own parameters imply (recomputed with :mod:`brace.accounting`)."""
+    if not isinstance(record, dict):
+        raise _field_error(p, "privacy", "must be a JSON object (the PrivacySpent record); "
+                           f"got {type(record).__name__}.")
+    try:
+        priv = PrivacySpent.from_dict(record)
+    except (TypeError, ValueError) as exc:
+        raise _field_error(p, "privacy", str(exc)) from None
+    checked: dict[str, Any] = {}
+    for name, check in _PRIVACY_CHECKS:
+        try:
+            checked[name] = check(getattr(priv, name))
+        except (TypeError, ValueError) as exc:
+            raise _field_error(p, f"privacy.{name}", str(exc)) from None
+    priv = replace(priv, **checked)
+    for name, allowed in (("accounting", ACCOUNTING_RULES), ("release", ("smooth", "count")),
+                          ("mechanism", (method,))):
+        if getattr(priv, name) not in allowed:
+            raise _field_error(p, f"privacy.{name}", f"is {getattr(priv, name)!r}; expected "
+                               f"one of {allowed} (method {method!r}).")
+    if not isinstance(priv.not_private_reason, str):
+        raise _field_error(p, "privacy.not_private_reason", "must be a string.")
+    Q, R, d = outputs.shape
+    T = int(params["steps"])
+    for name, have, want in (("privacy.dim", priv.dim, d), ("privacy.queries", priv.queries, Q),
+                             ("privacy.steps", priv.steps, 1 if method == "endpoint" else T),
+                             ("outputs", R, priv.steps)):
+        if have != want:
+            raise _field_error(p, name, f"is {have}, but the release has {want} (outputs "
+                               f"{outputs.shape}, params.steps = {T}); the file is "
+                               "inconsistent.")
+    for name, want in (("release", priv.release if method == "brace" else None),
+                       ("accounting", priv.accounting)):
+        if want is not None and name in params and params[name] != want:
+            raise _field_error(p, f"params.{name}", f"is {params[name]!r}, but privacy.{name} "
+                               f"is {want!r}; the file is inconsistent.")
+    if "gamma" in params and not _same(params["gamma"], priv.gamma):
+        raise _field_error(p, "params.gamma", f"is {params['gamma']!r}, but privacy.gamma is "
+                           f"{priv.gamma!r}; the file is inconsistent.")
+    _check_calibration(p, priv, method)
+    return priv
+
+
+def _same(a: Any, b: float) -> bool:
+    try:
+        return math.isclose(float(a), float(b), rel_tol=_RTOL, abs_tol=1e-300)
+    except (TypeError, ValueError):
+        return False
+
+
+def _check_calibration(p: Path, priv: PrivacySpent, method: str) -> None:
+    """Recompute the calibration from the record's own (ε, δ, T, d, γ, accounting, method)
+    and refuse a record whose noise does not spend what it claims."""
+    from . import __version__
+    from .accounting import RdpAccountant, calibrate_count
+    from .plan import _calibrate
+
+    if priv.release == "count":
+        if method != "brace" or priv.accounting != "rdp":
+            raise _field_error(p, "privacy.release", "a count release is a BRACE release "
+                               f"with accounting 'rdp'; got method {method!r}, accounting "
+                               f"{priv.accounting!r}.")
+        if not priv.eps_count > 0:
+            raise _field_error(p, "privacy.eps_count", "must be > 0 for a count release.")
+        if not 0 < priv.delta_count < priv.delta:
+            raise _field_error(p, "privacy.delta_count", "must lie in (0, delta) for a count "
+                               "release.")
+    try:
+        if priv.release == "count":
+            # the count budget, from the record: δ_c = f·δ/T and
+            # (ε_c + log(1/(1 − δ_c)))²/2 = share·ρ_s with ρ_G = (1 − share)·ρ_s
+            f = priv.delta_count * priv.steps / priv.delta
+            x = (priv.eps_count - math.log1p(-priv.delta_count)) ** 2 \
+                / (2.0 * priv.rho_per_step)
+            want = calibrate_count(priv.epsilon, priv.delta, priv.steps, dim=priv.dim,
+                                   count_share=x / (1.0 + x), proposal_delta=f)
+        else:
+            want = _calibrate(priv.epsilon, priv.delta, priv.steps, priv.dim, priv.gamma,
+                              priv.accounting, method)
+        reason = ""
+    except (TypeError, ValueError) as exc:  # no calibration reaches the claim
+        want, reason = None, str(exc)
+    names = ["rho_per_step", "epsilon_rdp"]
+    if priv.release == "count":
+        names += ["eps_count", "delta_count", "count_margin"]
+    bad = names if want is None else [
+        n for n in names if not _same(getattr(priv, n), getattr(want, n))]
+    if bad:
+        implied = ""
+        if priv.is_private:
+            spent = RdpAccountant().compose(priv.step_event, priv.steps).get_epsilon(priv.delta)
+            implied = (f" The recorded noise (rho_per_step = {priv.rho_per_step:.8g}) spends "
+                       f"epsilon = {spent:.6g} at delta = {priv.delta:g}.")
+        detail = (f"no calibration reaches that claim ({reason})" if want is None else
+                  f"its {', '.join(f'privacy.{n}' for n in bad)} do(es) not match the "
+                  f"calibration of that claim "
+                  f"({', '.join(f'{n} = {getattr(want, n):.8g}' for n in bad)})")
+        raise _field_error(
+            p, "privacy.epsilon",
+            f"the record claims ({priv.epsilon:g}, {priv.delta:g})-DP, but {detail}."
+            f"{implied} The file was edited or damaged (or written by another version: "
+            f"this is brace {__version__}).")
+    total = want.for_queries(priv.queries).epsilon_total if priv.is_private else math.inf
+    if not (priv.epsilon_total == total or _same(priv.epsilon_total, total)):
+        raise _field_error(p, "privacy.epsilon_total",
+                           f"is {priv.epsilon_total:.8g}, but {priv.queries} queries composed "
+                           f"spend {total:.8g}; the file is inconsistent.")
+
+
+def _counts(p: Path, value: Any, priv: PrivacySpent, outputs: np.ndarray) -> np.ndarray | None:
+    """The count release's noisy gate counts ``m̃_t``: (Q, T) integers, present exactly when
+    the record is a count release."""
+    if priv.release != "count":
+        if value is not None:
+            raise _field_error(p, "released_counts", f"present, but privacy.release is "
+                               f"{priv.release!r}; the file is inconsistent.")
+        return None
+    if value is None:
+        raise _field_error(p, "released_counts", "missing: a count release (privacy.release "
+                           "= 'count') releases its noisy gate counts with the states.")
+    try:
+        c = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise _field_error(p, "released_counts", f"must be an array of integers ({exc}).") \
+            from None
+    want = outputs.shape[:2]
+    if c.shape != want:
+        raise _field_error(p, "released_counts", f"has shape {c.shape}; the release needs "
+                           f"{want} (one noisy count per query and step).")
+    if not (np.all(np.isfinite(c)) and np.all(c == np.round(c))):
+        raise _field_error(p, "released_counts", "must hold integers (finite, no nulls).")
+    return c.astype(np.int64)
 
 
 def with_diagnostics(memory: LSRMemory, result: PrivateRetrievalResult) -> PrivateRetrievalResult:
@@ -322,7 +540,7 @@ def with_diagnostics(memory: LSRMemory, result: PrivateRetrievalResult) -> Priva
                              "file written by brace.save_result.")
         auto = str(prm.get("release_rule", "")).startswith("auto")
         plan = plan_release(memory, method=result.method, epsilon=p.epsilon, delta=p.delta,
-                            steps=T, kappa=_kappa(prm),
+                            steps=T, kappa=recorded_kappa(prm),
                             release="auto" if auto else "count", output_projection=proj,
                             accounting=p.accounting, queries=q.shape[0])
         if plan.release != "count" or plan.noise_multiplier != mult:
@@ -334,7 +552,7 @@ def with_diagnostics(memory: LSRMemory, result: PrivateRetrievalResult) -> Priva
         return replace(result, **{k: diag[k] for k in DIAGNOSTIC_FIELDS})
     # the release's plan along its own history, with the release's noise multiplier
     plan = replace(plan_release(memory, method=result.method, epsilon=None, delta=None,
-                                steps=T, kappa=_kappa(prm),
+                                steps=T, kappa=recorded_kappa(prm),
                                 gamma=p.gamma, output_projection=proj, queries=q.shape[0]),
                    noise_multiplier=mult, spent=p)
     diag = _iterative(memory, q, plan, None, history=hist)

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from brace import LSRMemory
+from brace import LSRMemory, load_result
 from brace.cli import main
 from brace.datasets import sample_mixture
 
@@ -50,7 +50,12 @@ def test_retrieve_private_and_naive_warning(files, capsys):
     assert "smooth sensitivity" not in capsys.readouterr().out
     assert main(args + ["--method", "brace", "--out", str(out), "--diagnostics",
                         "--overwrite"]) == 0
-    assert "NOT covered by epsilon" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    if load_result(out).params["release"] == "count":  # its noise scale is public
+        assert "diagnostics (public: set by the released noisy counts)" in text
+        assert "proposed sensitivity b_t" in text and "smooth sensitivity" not in text
+    else:
+        assert "diagnostics (data-dependent, NOT covered by epsilon)" in text
     with np.load(out) as z:
         assert z["diagnostic_not_private_smooth_sensitivity"].shape == (3, 3)
     capsys.readouterr()
@@ -110,7 +115,10 @@ def test_account_text_and_json(capsys):
                  "--gamma", "0.05", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["rho_per_step"] == pytest.approx(13.89, rel=0.02)
-    assert main(["account", "--epsilon", "8", "--delta", "1e-5", "--steps", "2", "--dim", "2"]) == 0
+    # the default release chooses from the bank's size: --n is needed, and then it works
+    assert main(["account", "--epsilon", "8", "--delta", "1e-5", "--steps", "2", "--dim", "2"]) == 2
+    assert "--n (the bank's number of memories, public) is required" in capsys.readouterr().err
+    assert main(["account", "--epsilon", "8", "--steps", "2", "--dim", "2", "--n", "500"]) == 0
     assert "rho per step" in capsys.readouterr().out
     assert main(["account", "--epsilon", "8", "--delta", "2", "--steps", "2", "--dim", "2"]) == 2
     assert "delta must lie in (0, 1)" in capsys.readouterr().err

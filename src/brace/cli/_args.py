@@ -2,8 +2,9 @@
 
 Types reject bad text with one clear line (argparse turns them into ``brace …: error:``
 and exit status 2); builders add the same flags, with the same defaults and help, to
-every command that takes them. Defaults are the library's: :data:`brace.mechanisms.DEFAULT_KAPPA`,
-``delta = 1e-5``, ``gamma = 'auto'``, ``accounting = 'rdp'``.
+every command that takes them. Defaults are :func:`brace.private_retrieve`'s:
+:data:`brace.mechanisms.DEFAULT_KAPPA`, ``gamma = 'auto'`` (None), ``accounting = 'rdp'``,
+the release mode None (:data:`brace.plan.DEFAULT_RELEASE` for BRACE); and ``delta = 1e-5``.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ import numpy as np
 
 from ..accounting import ACCOUNTING_RULES
 from ..mechanisms import DEFAULT_KAPPA
+from ..plan import RELEASE_MODES
 
 __all__ = [
     "DEFAULT_DELTA",
     "HelpFormatter",
     "finite_float",
     "gamma_arg",
+    "GAMMA_HELP",
     "parse_vector",
     "add_memory_arguments",
     "add_mechanism_arguments",
@@ -67,9 +70,21 @@ def finite_float(text: str) -> float:
     return v
 
 
-def gamma_arg(text: str) -> float | None:
-    """``'auto'`` (``None``: the data-independent rule of ``choose_gamma``) or a float."""
-    return None if text.strip().lower() == "auto" else finite_float(text)
+def gamma_arg(text: str) -> float | str | None:
+    """``'auto'`` (None: :func:`brace.plan_release` chooses), ``'gates'`` (the gate-size
+    rule) or a float — every value ``gamma=`` of :func:`brace.private_retrieve` takes."""
+    word = text.strip().lower()
+    if word == "auto":
+        return None
+    if word == "gates":
+        return "gates"
+    return finite_float(text)
+
+
+GAMMA_HELP = ("BRACE smoothness: a number γ > 0, 'gates' (the gate-size rule, from public "
+              "ε, δ, T, d, n) or 'auto' (default 'auto': the auto release chooses γ from "
+              "public values; the smooth release mode, e.g. --release-mode smooth, uses the "
+              "fraction-0.9 rule)")
 
 
 def parse_vector(text: str, name: str) -> np.ndarray:
@@ -113,14 +128,14 @@ def add_memory_arguments(p: argparse.ArgumentParser, *, required: bool = True,
 def add_mechanism_arguments(
     p: argparse.ArgumentParser, *, methods: Sequence[str], default: str | None,
     epsilon_required: bool = False, output_projection: bool = True,
-    unset_defaults: bool = False, when: str = "",
-    release_modes: Sequence[str] = ("auto", "smooth", "count"),
+    unset_defaults: bool = False, when: str = "", epsilon_when: str = "",
 ) -> None:
     """``--method`` and the private-retrieval parameters of :func:`private_retrieve`.
 
     With ``unset_defaults`` every parameter defaults to ``None`` (so the command can tell
     whether it was given) and the command applies the defaults named in the help.
-    ``when`` says when a ``--method`` without default is needed (e.g. "unless --report").
+    ``when`` says when a ``--method`` without default is needed (e.g. "unless --report"),
+    ``epsilon_when`` when ``--epsilon`` is (default: ``when``).
     """
     def dflt(value):
         return None if unset_defaults else value
@@ -132,22 +147,20 @@ def add_mechanism_arguments(
                          + (f"; default {default}" if default is not None
                             else f" (no default: required {when})".replace(" )", ")"))))
     p.add_argument("--epsilon", type=finite_float, required=epsilon_required,
-                   help="ε > 0 (no default: required by the private methods)")
+                   help="target ε > 0 per query (no default: required"
+                   + ("" if epsilon_required else f" {epsilon_when or when}".rstrip()) + ")")
     p.add_argument("--delta", type=finite_float, default=dflt(DEFAULT_DELTA),
                    help=f"δ in (0, 1) (default {DEFAULT_DELTA:g})")
     p.add_argument("--kappa", type=finite_float, default=dflt(DEFAULT_KAPPA),
                    help=f"BRACE activation κ >= 0 (default {DEFAULT_KAPPA:g}; 0: correct "
                    "whenever gates differ)")
-    p.add_argument("--gamma", type=gamma_arg, default=None,
-                   help="BRACE smoothness γ > 0 (default 'auto': data-independent rule)")
+    p.add_argument("--gamma", type=gamma_arg, default=None, help=GAMMA_HELP)
     p.add_argument("--accounting", choices=list(ACCOUNTING_RULES), default=dflt("rdp"),
                    help="privacy accounting (default rdp)")
-    dflt_mode = "auto" if "auto" in release_modes else release_modes[0]
-    p.add_argument("--release-mode", choices=list(release_modes), default=None,
-                   help=f"BRACE release: {', '.join(release_modes)} (default {dflt_mode}"
-                   + ("; auto: the smooth or the count release, chosen from public values, "
-                      "never above 1.05x global noise" if "auto" in release_modes else "")
-                   + ")")
+    p.add_argument("--release-mode", choices=list(RELEASE_MODES), default=None,
+                   help=f"BRACE release: {', '.join(RELEASE_MODES)} (default auto for BRACE "
+                   "with rdp accounting, smooth otherwise; auto: the smooth or the count "
+                   "release, chosen from public values, never above 1.05x global noise)")
     if output_projection:
         p.add_argument("--no-output-projection", action="store_true",
                        help="do not project each release onto B̄(q, (t+1)r)")

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from ..mechanisms import DEFAULT_KAPPA, METHODS
 from ._args import (
     DEFAULT_DELTA,
@@ -34,16 +36,19 @@ def add_parser(sub) -> None:
         "audit",
         help="empirical privacy audit: a statistically valid lower bound on epsilon",
         description="Run a mechanism many times on two neighbouring banks and certify a "
-        "lower bound on its epsilon (docs/audit.md). With --report, run the built-in "
-        "audit report instead.",
+        "lower bound on its epsilon (docs/audit.md). The mechanism is the one 'brace "
+        "retrieve' would run with the same flags and defaults: --release-mode auto (the "
+        "default for BRACE) is resolved from public values, as retrieve resolves it, to the "
+        "smooth release with its gamma or the count release, and that release is audited "
+        "(without the output projection, a post-processing). With --report, run the "
+        "built-in audit report instead.",
     )
     d = AuditConfig()
     p.add_argument("--report", action="store_true",
                    help="run the audit report (built-in banks); --out is a directory")
     add_memory_arguments(p, required=False, queries="query", when="unless --report")
     add_mechanism_arguments(p, methods=METHODS, default=None, output_projection=False,
-                            unset_defaults=True, when="unless --report",
-                            release_modes=("smooth", "count"))
+                            unset_defaults=True, when="unless --report")
     p.add_argument("--noise-scale-factor", type=finite_float, default=None,
                    help="multiply the noise std (e.g. 0.5: a deliberately broken mechanism; "
                    "default 1)")
@@ -56,7 +61,8 @@ def add_parser(sub) -> None:
     p.add_argument("--runs", type=int, default=None,
                    help=f"fresh runs per bank (default {d.n_runs}; report: "
                    f"{ReportConfig.n_runs})")
-    p.add_argument("--pilot-runs", type=int, default=None, help="pilot runs (default runs/4)")
+    p.add_argument("--pilot-runs", type=int, default=None,
+                   help="pilot runs per finalist (default runs/4, at least 10)")
     p.add_argument("--screen-runs", type=int, default=d.n_screen,
                    help=f"screening runs per candidate (default {d.n_screen})")
     p.add_argument("--alpha", type=finite_float, default=d.alpha,
@@ -74,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
     from .._io import atomic_write_text, load_npy, write_json
     from .._validation import check_radius_beta
     from ..audit import AuditConfig, ReportConfig, audit, format_report, report
+    from ..plan import plan_release
 
     delta = DEFAULT_DELTA if args.delta is None else args.delta
     if args.report:
@@ -114,14 +121,25 @@ def run(args: argparse.Namespace) -> int:
     bank = load_npy(args.bank, "bank")
     query = load_npy(args.query, "query")
     radius = check_radius_beta(args.beta, args.radius)
+    say = None if args.no_progress else (lambda m: print(f"[audit] {m}", file=sys.stderr))
     replacement = None
     if args.replace_row is not None:
         replacement = (args.replace_row, parse_vector(args.replace_value, "--replace-value"))
+    kappa = DEFAULT_KAPPA if args.kappa is None else args.kappa
+    accounting = args.accounting or AuditConfig.accounting
+    # the release brace retrieve would run with these flags (release mode and γ, from
+    # public values; the default is the library's, auto for BRACE), audited as such
+    if np.ndim(bank) != 2:
+        raise ValueError(f"--bank must hold an (n, d) array; got shape {np.shape(bank)}.")
+    plan = plan_release((bank.shape[0], bank.shape[1]), radius=radius, method=args.method,
+                        epsilon=args.epsilon, delta=delta, steps=args.steps, kappa=kappa,
+                        gamma=args.gamma, accounting=accounting, release=args.release_mode)
+    brace_smooth = plan.method == "brace" and plan.release == "smooth"
     cfg = AuditConfig(
         method=args.method, epsilon=args.epsilon, delta=delta, steps=args.steps,
-        radius=radius, kappa=DEFAULT_KAPPA if args.kappa is None else args.kappa,
-        gamma=args.gamma, accounting=args.accounting or AuditConfig.accounting,
-        release=args.release_mode or AuditConfig.release,
+        radius=radius, kappa=kappa, gamma=plan.gamma if brace_smooth else None,
+        accounting=accounting,
+        release="count" if plan.release == "count" else "smooth",
         noise_scale_factor=1.0 if args.noise_scale_factor is None else args.noise_scale_factor,
         n_runs=args.runs if args.runs is not None else AuditConfig.n_runs,
         n_pilot=args.pilot_runs, n_screen=args.screen_runs, alpha=args.alpha, seed=args.seed,
@@ -129,9 +147,11 @@ def run(args: argparse.Namespace) -> int:
     if cfg.method == "naive":
         print("brace: WARNING: method 'naive' is NOT differentially private (baseline only).",
               file=sys.stderr)
-    say = None if args.no_progress else (lambda m: print(f"[audit] {m}", file=sys.stderr))
     res = audit(bank, query, cfg, replacement=replacement, progress=say)
     print(res)
+    if plan.method == "brace":
+        print(f"audited release: {plan.release} ({plan.release_rule})"
+              + (f", gamma = {plan.gamma:.6g} ({plan.gamma_rule})" if brace_smooth else ""))
     if args.out is not None:
         write_json(args.out, res.to_dict())
         print(f"wrote {args.out}")

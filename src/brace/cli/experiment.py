@@ -10,7 +10,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-from ._args import finite_float, gamma_arg
+from ._args import GAMMA_HELP, finite_float, gamma_arg
 
 __all__ = ["add_parser", "EXPERIMENTS"]
 
@@ -50,8 +50,7 @@ def _add_synthetic(sub) -> None:
     p.add_argument("--delta", type=finite_float, default=d.delta, help="target δ")
     p.add_argument("--kappa", type=finite_float, default=d.kappa,
                    help=f"κ of the highlighted run (default {d.kappa:g})")
-    p.add_argument("--gamma", type=gamma_arg, default=d.gamma,
-                   help="BRACE smoothness γ > 0 (default 'auto': the data-independent rule)")
+    p.add_argument("--gamma", type=gamma_arg, default=d.gamma, help=GAMMA_HELP)
     p.add_argument("--seed", type=int, default=d.seed, help="seed of the noise")
     p.add_argument("--data-seed", type=int, default=d.data_seed, help="seed of the bank")
     p.add_argument("--accounting", choices=["rdp", "paper"], default=d.accounting,
@@ -154,8 +153,10 @@ def _add_coverage(sub) -> None:
     p.add_argument("--kappa", type=finite_float, default=d.kappa,
                    help=f"BRACE activation κ (default {d.kappa:g})")
     p.add_argument("--gamma-fraction", type=finite_float, default=d.gamma_fraction,
-                   help=f"γ = choose_gamma(…, fraction) (default {d.gamma_fraction:g}; the "
-                   "library's own default is 0.9)")
+                   help=f"BRACE's γ = choose_gamma(ε, δ, T, d, fraction), given to each "
+                   f"release, d = 2 (default {d.gamma_fraction:g}; choose_gamma's own "
+                   "default is 0.9, the smooth release's rule when no γ is given; "
+                   "private_retrieve's default release, auto, chooses γ by another rule)")
     p.add_argument("--method", choices=["brace", "global", "endpoint", "naive"],
                    default=d.method, help="mechanism ('naive' is NOT differentially private)")
     p.add_argument("--privacy", choices=["auto", "linear", "simulate"], default=d.privacy,
@@ -205,7 +206,8 @@ def _add_theory(sub) -> None:
     p.add_argument("--items", default=",".join(items),
                    help=f"comma-separated subset of {','.join(items)}")
     p.add_argument("--replications", type=int, default=None,
-                   help=f"queries per cell for items 1-3 (default {d.replications})")
+                   help=f"queries per cell for items 1-3 (default {d.replications}; --quick: "
+                   f"{theory.quick_config().replications})")
     p.set_defaults(func=run_theory)
 
 

@@ -30,7 +30,8 @@ def add_parser(sub) -> None:
     p.add_argument("--out", required=True, help="output .npz or .json path")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     add_mechanism_arguments(
-        p, methods=("brace", "global", "endpoint", "naive", "none"), default="brace"
+        p, methods=("brace", "global", "endpoint", "naive", "none"), default="brace",
+        epsilon_when="unless --method none",
     )
     p.add_argument(
         "--diagnostics",
@@ -143,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
                 close()
     for w in caught:
         print(f"brace: WARNING: {w.message}", file=sys.stderr)
-    save_result(res, out, include_diagnostics=args.diagnostics)
+    save_result(res, out, include_diagnostics=args.diagnostics, overwrite=args.overwrite)
     print(res.summary(diagnostics=args.diagnostics) if private else res.summary())
     if args.ledger is not None:
         print(f"ledger {args.ledger}: spent eps = {pm.spent:.6g} of {budget[0]:g} at delta = "

@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
     )
     add_memory_arguments(p, queries_required=False)
     add_mechanism_arguments(p, methods=("brace", "global", "endpoint", "naive"),
-                            default="brace")
+                            default="brace", epsilon_when="unless --release")
     p.add_argument("--release", default=None,
                    help="a saved release (.npz/.json from 'brace retrieve --out') to analyse "
                    "instead of running a new one; its queries, steps and mechanism are used "
@@ -45,7 +45,8 @@ def add_parser(sub) -> None:
     p.add_argument("--n-sim", type=int, default=400, help="simulated releases")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples")
     p.add_argument("--bandwidth", type=finite_float, default=None,
-                   help="radial kernel bandwidth of the Jacobian (default r·n^(-1/5))")
+                   help="radial kernel bandwidth of the Jacobian (default r·n^(-1/5), at "
+                   "most r/2)")
     p.add_argument("--min-gate-fraction", type=finite_float, default=None,
                    help="public lower bound on p_t (public population region; default: none, "
                    "no public population region)")
@@ -55,6 +56,10 @@ def add_parser(sub) -> None:
     p.add_argument("--out", default=None,
                    help="write every region to this JSON file (default: print only)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    p.add_argument("--diagnostics", action="store_true",
+                   help="also print the release's per-step diagnostics (noise std, "
+                   "sensitivity bound) and the UQ's per-step sd breakdown: data-dependent "
+                   "(except a count release's noise scale) and NOT covered by epsilon")
     p.set_defaults(func=run)
 
 
@@ -124,10 +129,14 @@ def run(args: argparse.Namespace) -> int:
             public[t] = str(exc)
     for w in caught:
         print(f"brace: WARNING: {w.message}", file=sys.stderr)
-    print(res)
-    print(uq)
+    print(res.summary(diagnostics=args.diagnostics))
+    if args.diagnostics:
+        print(uq)
     pct = f"{100 * level:g}%"
     Q = uq.released.shape[0]
+    print("confidence regions: 'bank' and 'population' are computed from the bank and are "
+          "NOT covered by epsilon (docs/uq.md §6); 'public bank' is a function of the release "
+          "only")
     hb = regions["bank"].halfwidth()
     hp = regions["population"].halfwidth()
     hpub = public["bank"].halfwidth() if isinstance(public["bank"], ConfidenceRegion) else None

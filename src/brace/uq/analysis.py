@@ -10,6 +10,7 @@ import numpy as np
 from .._validation import check_int_at_least, check_positive, check_queries, check_rng
 from ..mechanisms import PrivateRetrievalResult
 from ..memory import LSRMemory, pins_bank
+from ..plan import recorded_kappa
 from ._common import _check_level, _check_target, _select
 from .privacy import (
     _gaussian_draws,
@@ -151,7 +152,7 @@ def analyze(
             proj[:, j] = dist >= (t + 1) * r * (1.0 - 1e-9)
     if res.method == "brace":
         z = sc.trajectory
-        kappa = float(res.params.get("kappa", 0.0))
+        kappa = recorded_kappa(res.params)
         corr = np.asarray(res.activated, dtype=bool) | (kappa == 0.0)
         prev = np.concatenate([q[:, None], Y[:, :-1]], axis=1)
         far = np.linalg.norm(z[:, 1 : T + 1] - prev, axis=2) > r
@@ -229,7 +230,7 @@ def public_region(
     steps = _released_steps(res)
     mult = 1.0 / math.sqrt(2.0 * float(res.privacy.rho_per_step))
     sigma = (2.0 * T * r if res.method == "endpoint" else 2.0 * r) * mult
-    kappa = float(res.params.get("kappa", 0.0))
+    kappa = recorded_kappa(res.params)
     carries = res.method in ("global", "naive") or (res.method == "brace" and kappa > 0.0)
     needs_L = (carries and S > 1) or (target == "population" and T > 1)
     if needs_L:

@@ -11,6 +11,7 @@ import numpy as np
 from .._validation import as_float_array
 from ..mechanisms import PrivateRetrievalResult
 from ..memory import LSRMemory
+from ..plan import recorded_kappa
 from ._common import _propagator
 from .sampling import SamplingCovariance
 
@@ -53,7 +54,7 @@ def privacy_covariance(
             f"jacobians must have shape (Q, T, d, d) = {(Q, S, d, d)}; got {J.shape}."
         )
     if result.method == "brace":
-        kappa = float(result.params.get("kappa", 0.0))
+        kappa = recorded_kappa(result.params)
         active = np.asarray(result.activated, dtype=bool)
         keep = np.zeros((Q, S)) if kappa == 0.0 else (~active).astype(np.float64)
     else:
@@ -89,7 +90,7 @@ def _projection_risk(
         for j, t in enumerate(steps):
             room = (t + 1) * r - np.linalg.norm(z[:, t] - q, axis=1)
             risk[:, j] = room < c * sd[:, j]
-    kappa = float(res.params.get("kappa", 0.0))
+    kappa = recorded_kappa(res.params)
     if res.method == "brace" and math.isfinite(kappa):
         for j in range(1, S):
             t = steps[j]
@@ -167,7 +168,7 @@ def _simulate_release(
             warnings.simplefilter("ignore", NotPrivateWarning)
             sim = private_retrieve(
                 memory, np.repeat(q, mm, axis=0), method=res.method, epsilon=priv.epsilon,
-                delta=priv.delta, steps=int(params["steps"]), kappa=params["kappa"],
+                delta=priv.delta, steps=int(params["steps"]), kappa=recorded_kappa(params),
                 gamma=gamma, release=release, accounting=priv.accounting,
                 output_projection=params.get("output_projection", True), seed=rng,
             )

@@ -17,6 +17,7 @@ import numpy as np
 from ... import LSRMemory, certificate
 from ..._validation import check_rng
 from ...datasets import sample_mixture
+from ...plan import recorded_kappa
 from .._common import pyplot, save_figure
 from ._shared import _RTOL, _queries_near_memories, _retrieve, embedded_mixture
 from .config import TheoryConfig
@@ -75,7 +76,7 @@ def activation_check(memory: LSRMemory, queries: np.ndarray, result: Any) -> Act
     if result.method != "brace":
         raise ValueError(f"activation_check needs a BRACE result; got {result.method!r}.")
     p = result.params
-    r, T, kappa = float(p["radius"]), int(p["steps"]), float(p["kappa"])
+    r, T, kappa = float(p["radius"]), int(p["steps"]), recorded_kappa(p)
     q = np.asarray(queries, dtype=np.float64)
     Q, d = q.shape
     hist = np.concatenate([q[:, None, :], result.outputs[:, :-1]], axis=1)  # Y_0..Y_{T-1}
