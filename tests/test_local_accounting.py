@@ -197,7 +197,15 @@ def test_local_never_reports_more_than_global_on_the_same_history():
         np.testing.assert_array_equal(a.outputs, b.outputs)
         assert local.spent <= glob.spent + 1e-12
         assert np.all(local.spent_at(X[:30]) <= glob.spent + 1e-12)
-    assert local.spent < glob.spent  # the queries are spread: local pays less
+    # queries spread over far places, without correction: local pays less
+    X2 = np.concatenate([rng.normal(size=(60, 2)) * 0.3 + 10.0 * k for k in range(4)])
+    local = PrivateMemory(X2, radius=R, budget=(1e4, 1e-5))
+    glob = PrivateMemory(X2, radius=R, budget=(1e4, 1e-5), accounting="global")
+    for j in range(8):
+        q = X2[60 * (j % 4):60 * (j % 4) + 1]
+        local.retrieve(q, steps=2, epsilon=1.0, delta=1e-6, seed=j, fresh=True)
+        glob.retrieve(q, steps=2, epsilon=1.0, delta=1e-6, seed=j, fresh=True)
+    assert local.spent < glob.spent
 
 
 def _pair_weights(index, x, xp):
@@ -369,3 +377,51 @@ def test_canonical_sums_do_not_depend_on_the_other_gates_of_a_tile():
     plain_alone = gate_pass(X, None, c, r).sums[0]
     plain_crowded = gate_pass(X, None, np.concatenate([c, crowd]), r).sums[0]
     assert not np.array_equal(plain_alone, plain_crowded)  # the test has teeth
+
+
+def test_the_index_keeps_exact_neighbour_sums_through_adds_and_probes():
+    """U_i (the weight of the footprints meeting i) after incremental adds, bulk adds
+    and probes equals a brute-force recomputation; a probe leaves no trace."""
+    rng = np.random.default_rng(17)
+    c = np.concatenate([rng.normal(size=(120, 3)), rng.normal(size=(80, 3)) + 4.0])
+    r = rng.uniform(0.3, 1.2, size=200)
+    r[7] = np.inf  # a ball that meets everything (no projection)
+    w = np.stack([event_weights(GaussianStep(float(x))) for x in rng.uniform(0.01, 0.1, 200)])
+
+    def brute(n):
+        d = np.linalg.norm(c[:n, None] - c[None, :n], axis=2)
+        meet = (d <= r[:n, None] + r[None, :n])
+        return meet.astype(float) @ np.where(np.isfinite(w[:n]), w[:n], 0.0)
+
+    index = FootprintIndex(3)
+    index.add(c[:90], r[:90], w[:90])  # bulk
+    for s0 in range(90, 200, 7):  # incremental
+        index.add(c[s0:s0 + 7], r[s0:s0 + 7], w[s0:s0 + 7])
+        n = min(s0 + 7, 200)
+        np.testing.assert_allclose(index.U, brute(n), rtol=1e-12)
+    before = (index.U.copy(), index.total.copy(), len(index))
+    worst = index.worst_pair()
+    probe = index.worst_pair([(c[:2] + 0.1, np.array([1.0, 50.0]), w[:2])])
+    assert np.all(probe >= worst)
+    np.testing.assert_array_equal(index.U, before[0])
+    np.testing.assert_array_equal(index.total, before[1])
+    assert len(index) == before[2]
+    np.testing.assert_array_equal(index.worst_pair(), worst)
+    for i in (0, 7, 150):
+        np.testing.assert_array_equal(
+            index.neighbours(i),
+            np.flatnonzero(np.linalg.norm(c - c[i], axis=1) <= r + r[i]))
+
+
+def test_bulk_loads_through_the_kd_tree_match_brute_force():
+    rng = np.random.default_rng(19)
+    n = 2200  # n² above the bulk threshold: neighbour pairs come from KD-trees
+    c = rng.normal(size=(n, 3)) * 3.0
+    c[5] = c[4]  # distance exactly 0
+    r = rng.uniform(0.2, 0.6, size=n)
+    w = np.broadcast_to(event_weights(GaussianStep(0.02)), (n, K + 1))
+    index = FootprintIndex(3)
+    index.add(c, r, w)
+    d = np.linalg.norm(c[:, None] - c[None, :], axis=2)
+    want = (d <= r[:, None] + r[None, :]).astype(float) @ w
+    np.testing.assert_allclose(index.U, want, rtol=1e-12)

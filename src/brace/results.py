@@ -419,7 +419,7 @@ def _same(a: Any, b: float) -> bool:
 def _check_calibration(p: Path, priv: PrivacySpent, method: str) -> None:
     """Recompute the calibration from the record's own (ε, δ, T, d, γ, accounting, method)
     and refuse a record whose noise does not spend what it claims."""
-    from . import __version__
+    from ._version import __version__
     from .accounting import RdpAccountant, calibrate_count
     from .plan import _calibrate
 

@@ -315,7 +315,7 @@ class FootprintIndex:
                                           self._u[m0:m0 + b])
         old = a[:, :m0].tocsc()
         if m0 and old.nnz:
-            touched = np.unique(old.indices)
+            touched = np.flatnonzero(np.diff(old.indptr))  # old footprints met
             sub = old[:, touched].T.tocsr()  # touched old × new
             self._u[touched] += sub @ np.where(np.isfinite(w), w, 0.0)
             if not np.all(np.isfinite(w)):
@@ -361,7 +361,7 @@ class FootprintIndex:
         w = np.concatenate([np.asarray(e[2], dtype=np.float64).reshape(-1, K + 1)
                             for e in extras])
         a = self._adjacency(c, r, n0).tocsc()
-        touched = np.unique(a.indices) if a.nnz else np.zeros(0, dtype=np.int64)
+        touched = np.flatnonzero(np.diff(a.indptr))  # old footprints the probe meets
         saved_u = self._u[touched].copy()
         saved_nbr = dict(self._nbr)
         try:
