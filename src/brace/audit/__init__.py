@@ -37,18 +37,23 @@ Pairs. Unless a replacement is given, :func:`candidate_pairs` proposes replaceme
 that flip gate membership on the boundaries (around ``q``, the clean trajectory and
 released states), duplicate rows, move the smooth bound ``Δ̄`` (or the noise scale)
 the most, and far outliers; cheap *screening* runs rank them, *pilot* runs choose the
-pair(s) and the thresholds, and only *fresh* runs are counted.
+pair(s) and the thresholds, and only *fresh* runs are counted. For local accounting
+(``docs/privacy-accounting.md`` §12), ``AuditConfig(pair="far")`` audits a pair outside
+every footprint of the release (charged ε = 0, certified 0 exactly with coupled runs) and
+``pair="near"`` one inside step 1's footprint (charged the per-query ε).
 
 Modules: ``stats`` (Clopper–Pearson, ε lower bound, thresholds), ``config``
 (:class:`AuditConfig`), ``result`` (:class:`Pair`, :class:`PairCertificate`,
 :class:`AuditResult`), ``density`` (sampling and the likelihood ratio), ``pairs``
-(:func:`candidate_pairs`), ``runner`` (:func:`audit`), ``report`` (the audit report).
+(:func:`candidate_pairs`), ``local`` (:func:`local_pair`: far and near pairs of local
+accounting), ``runner`` (:func:`audit`), ``report`` (the audit report).
 """
 
 from __future__ import annotations
 
 from .config import AuditConfig
 from .density import log_likelihood_ratio
+from .local import local_pair
 from .pairs import candidate_pairs
 from .report import ReportConfig, format_report, report, report_bank, report_cases
 from .result import AuditResult, Pair, PairCertificate
@@ -69,6 +74,7 @@ __all__ = [
     "PairCertificate",
     "audit",
     "candidate_pairs",
+    "local_pair",
     "clopper_pearson_upper",
     "epsilon_lower_bound",
     "error_counts",

@@ -12,6 +12,7 @@ import numpy as np
 from .. import accounting as _accounting
 from .._meta import NOT_DP_LABEL
 from .._validation import (
+    check_bool,
     check_delta,
     check_epsilon,
     check_int_at_least,
@@ -25,7 +26,9 @@ from ..mechanisms import DEFAULT_KAPPA, METHODS, PRIVATE_METHODS
 from ._format import _fmt_num
 from .stats import _check_alpha
 
-__all__ = ["AuditConfig"]
+__all__ = ["AuditConfig", "PAIR_MODES"]
+
+PAIR_MODES = ("search", "far", "near")  # how the neighbour is chosen (audit.md §5.1)
 
 @dataclass(frozen=True)
 class AuditConfig:
@@ -44,6 +47,21 @@ class AuditConfig:
     runs per certified pair. ``n_finalists`` pairs get pilot runs, the best
     ``n_certify`` are certified (Bonferroni over them) with ``n_thresholds`` thresholds
     each. ``alpha``: the bound holds with probability ``≥ 1 − α``.
+
+    Local accounting (``docs/audit.md`` §5.1, ``docs/privacy-accounting.md`` §12):
+    ``pair`` is ``"search"`` (the pair finder), ``"far"`` (a row outside the query's
+    reserved ball :func:`brace.footprints.reserved_radius` moved to another place outside
+    it: no footprint of the release holds either value, the charge at both is 0, and so
+    is the claim the audit checks) or ``"near"`` (the outermost member of the gate of
+    ``q`` moved to the far side of that gate, inside step 1's footprint: the claim is the
+    per-query ε that local accounting reserves at both values). ``output_projection``
+    audits the projected release (needed for ``"far"``: without the projection the
+    released centres, hence the footprints, are unbounded); the statistic is then the
+    unprojected log-likelihood ratio evaluated at the projected release, a fixed
+    function of the release. ``coupled``: the runs on ``D'`` reuse the random streams of
+    the runs on ``D`` (each Clopper–Pearson bound concerns one bank's runs only, so the
+    bound stays valid); releases that coincide bit for bit then give ``ε_lb = 0``
+    exactly, and the result counts the runs whose releases differ.
     """
 
     method: str = "brace"
@@ -66,6 +84,9 @@ class AuditConfig:
     alpha: float = 0.05
     seed: int | None = 0
     batch_size: int = 20_000
+    pair: str = "search"
+    output_projection: bool = False
+    coupled: bool = False
 
     def validated(self) -> AuditConfig:
         """A copy with every field checked (clear ValueError/TypeError otherwise)."""
@@ -81,6 +102,21 @@ class AuditConfig:
         if self.release == "count" and (self.method != "brace" or self.accounting != "rdp"):
             raise ValueError("release='count' is a BRACE release with accounting='rdp'; got "
                              f"method={self.method!r}, accounting={self.accounting!r}.")
+        if self.pair not in PAIR_MODES:
+            raise ValueError(f"pair must be one of {PAIR_MODES}; got {self.pair!r}.")
+        projection = check_bool("output_projection", self.output_projection)
+        coupled = check_bool("coupled", self.coupled)
+        if self.pair != "search" and self.method not in PRIVATE_METHODS:
+            raise ValueError(
+                f"pair={self.pair!r} audits local accounting, which charges the private "
+                f"methods {PRIVATE_METHODS} only; got method={self.method!r}."
+            )
+        if self.pair == "far" and not projection and self.method != "endpoint":
+            raise ValueError(
+                "pair='far' needs output_projection=True: without the projection the "
+                "released centres are unbounded, so no row lies outside every footprint "
+                "(docs/privacy-accounting.md §12)."
+            )
         gamma = self.gamma
         if gamma is not None and self.release == "count":
             raise ValueError("gamma does not apply to release='count' (no smooth bound).")
@@ -125,6 +161,8 @@ class AuditConfig:
             alpha=_check_alpha(self.alpha),
             seed=seed,
             batch_size=check_int_at_least("batch_size", self.batch_size, 1),
+            output_projection=projection,
+            coupled=coupled,
         )
 
     @property
@@ -139,9 +177,21 @@ class AuditConfig:
             base += f", gamma={_fmt_num(self.gamma)})" if self.gamma is not None else ")"
         else:
             base = self.method
+        if self.pair == "far":
+            base += ", far pair: charged eps 0"
+        elif self.pair == "near":
+            base += ", near pair: charged = claimed"
         if self.noise_scale_factor != 1.0:
             base += f", std x{_fmt_num(self.noise_scale_factor)} (BROKEN on purpose)"
         return base
+
+    @property
+    def charged_epsilon(self) -> float:
+        """The ε the audit checks ``ε_lb`` against: what local accounting charges the
+        audited pair for this one release — 0 for ``pair="far"`` (no footprint holds
+        either value), else the per-query ``epsilon`` (every step of the query is
+        reserved at the query's ball, which holds both values)."""
+        return 0.0 if self.pair == "far" else float(self.epsilon)
 
     @property
     def is_private(self) -> bool:

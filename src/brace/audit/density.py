@@ -44,7 +44,8 @@ def _setup(cfg: AuditConfig, q: np.ndarray) -> _Setup:
 
 
 def _sample(mem: LSRMemory, setup: _Setup, n: int, rng: np.random.Generator) -> np.ndarray:
-    """``n`` independent releases (rows) of the (possibly broken) mechanism on ``mem``.
+    """``n`` independent releases (rows) of the (possibly broken) mechanism on ``mem``
+    (unprojected unless ``cfg.output_projection``).
 
     The count release's noisy counts ``m̃_t`` are appended as a last column."""
     cfg = setup.cfg
@@ -60,7 +61,8 @@ def _sample(mem: LSRMemory, setup: _Setup, n: int, rng: np.random.Generator) -> 
                 mem, np.repeat(setup.q, m, axis=0), method=cfg.method, epsilon=cfg.epsilon,
                 delta=cfg.delta, steps=cfg.steps, kappa=cfg.kappa,
                 gamma=setup.spent.gamma if cfg.method == "brace" and not count else None,
-                accounting=cfg.accounting, output_projection=False, release=cfg.release,
+                accounting=cfg.accounting, output_projection=cfg.output_projection,
+                release=cfg.release,
                 seed=rng, _innovations=cfg.noise_scale_factor * xi,
             )
         if res.privacy.rho_per_step != setup.spent.rho_per_step:  # pragma: no cover

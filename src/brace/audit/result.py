@@ -20,7 +20,8 @@ class Pair:
     """A neighbouring bank ``D'``: row ``row`` of ``D`` replaced by ``new_value``.
 
     ``kind`` says how the candidate was proposed (``boundary-out``, ``boundary-in``,
-    ``antipodal``, ``duplicate``, ``far``, ``smooth-bound``, ``given``), ``centre``
+    ``antipodal``, ``duplicate``, ``far``, ``smooth-bound``, ``scale-ratio``, ``given``,
+    and ``far-pair``/``near-pair`` of :mod:`brace.audit.local`), ``centre``
     around which point (``q``, ``z_t`` clean state, ``Y_t`` released state of a pilot run).
     ``gate_q``: ``(|I(D, q)|, |I(D', q)|)``.
     """
@@ -47,7 +48,12 @@ class Pair:
 
 @dataclass(frozen=True)
 class PairCertificate:
-    """Fresh-run counts and bounds for one certified pair (arrays over thresholds)."""
+    """Fresh-run counts and bounds for one certified pair (arrays over thresholds).
+
+    ``differing_runs``: with coupled runs (``AuditConfig.coupled``), how many of the
+    ``n_runs`` pairs of releases differ in any bit (None without coupling). At 0 every
+    test has ``FP + FN = n_runs``, so ``FPR_U + FNR_U ≥ 1`` and ``ε_lb = 0`` exactly.
+    """
 
     pair: Pair
     thresholds: np.ndarray
@@ -58,6 +64,7 @@ class PairCertificate:
     epsilon_per_threshold: np.ndarray
     pilot_epsilon_lb: float
     screen_score: float
+    differing_runs: int | None = None
 
     @property
     def epsilon_lb(self) -> float:
@@ -82,7 +89,10 @@ class AuditResult:
     ``certified``: per certified pair, the thresholds, fresh counts and bounds.
     ``n_runs`` fresh runs per bank (per certified pair on ``D'``), ``n_pilot``,
     ``n_screen`` and ``n_candidates`` describe the pilot work; ``seeds`` the streams.
-    ``exceeds_claim``: ``epsilon_lb > claimed ε`` — a *violation* for a mechanism that
+    ``claimed_epsilon`` is the mechanism's per-query ε; ``charged_epsilon`` the ε the
+    audit checks (:attr:`claim`): what local accounting charges the audited pair for
+    this release — 0 for a far pair, the per-query ε otherwise (None: the per-query ε).
+    ``exceeds_claim``: ``epsilon_lb > claim`` — a *violation* for a mechanism that
     claims DP, the expected outcome for the naive baseline or a broken mechanism.
     """
 
@@ -103,6 +113,18 @@ class AuditResult:
     gamma: float
     seeds: dict = field(default_factory=dict)
     wall_time_s: float = math.nan
+    charged_epsilon: float | None = None
+
+    @property
+    def claim(self) -> float:
+        """The ε that ``epsilon_lb`` is checked against (``charged_epsilon``, else the
+        per-query ``claimed_epsilon``)."""
+        return self.claimed_epsilon if self.charged_epsilon is None else self.charged_epsilon
+
+    @property
+    def differing_runs(self) -> int | None:
+        """Coupled runs of the best pair whose releases differ (None: not coupled)."""
+        return self.best.differing_runs
 
     @property
     def best(self) -> PairCertificate:
@@ -118,7 +140,7 @@ class AuditResult:
 
     @property
     def exceeds_claim(self) -> bool:
-        return self.epsilon_lb > self.claimed_epsilon
+        return self.epsilon_lb > self.claim
 
     @property
     def max_certifiable_epsilon(self) -> float:
@@ -143,8 +165,8 @@ class AuditResult:
         the Clopper–Pearson penalty of so few runs hides it."""
         if self.exceeds_claim:
             return False
-        return (self.max_certifiable_epsilon <= self.claimed_epsilon
-                or self.point_epsilon > self.claimed_epsilon)
+        return (self.max_certifiable_epsilon <= self.claim
+                or self.point_epsilon > self.claim)
 
     @property
     def runs_needed(self) -> int | None:
@@ -156,7 +178,7 @@ class AuditResult:
         for c in self.certified:
             for fp, fn in zip(c.false_positives, c.false_negatives, strict=True):
                 n = _runs_to_certify(fp / self.n_runs, fn / self.n_runs,
-                                     self.claimed_epsilon, self.alpha, self.n_bounds,
+                                     self.claim, self.alpha, self.n_bounds,
                                      self.delta, start=self.n_runs)
                 if n is not None and (best is None or n < best):
                     best = n
@@ -180,6 +202,7 @@ class AuditResult:
             "label": self.label,
             "config": _jsonable(cfg),
             "claimed_epsilon": self.claimed_epsilon,
+            "charged_epsilon": self.claim,
             "delta": self.delta,
             "epsilon_lb": self.epsilon_lb,
             "exceeds_claim": self.exceeds_claim,
@@ -190,6 +213,7 @@ class AuditResult:
             "runs_needed": self.runs_needed,
             "alpha": self.alpha,
             "pair": self.pair.to_dict(),
+            "differing_runs": self.differing_runs,
             "certified": [c.to_dict() for c in self.certified],
             "n_runs_per_side": self.n_runs,
             "n_pilot_per_side": self.n_pilot,
@@ -207,13 +231,18 @@ class AuditResult:
         b = self.best
         lines = [
             f"AuditResult({self.label}): claimed ({self.claimed_epsilon:g}, {self.delta:g})-DP, "
-            f"T = {self.config.steps}",
+            f"T = {self.config.steps}"
+            + (f"; checked against the charged eps {self.claim:g}"
+               if self.claim != self.claimed_epsilon else ""),
             f"  epsilon_lb = {self.epsilon_lb:.4f}  (confidence {1 - self.alpha:g}; "
             f"{self.verdict})",
             f"  pair: {self.pair.description}",
             f"  fresh runs per bank: {self.n_runs}; pilot {self.n_pilot}; screen "
             f"{self.n_screen} x {self.n_candidates} candidates; statistic: {self.statistic}",
         ]
+        if self.differing_runs is not None:
+            lines.append(f"  coupled runs whose releases differ: {self.differing_runs} of "
+                         f"{self.n_runs}")
         for i in range(b.thresholds.size):
             lines.append(
                 f"  tau = {b.thresholds[i]: .6g}: FP {b.false_positives[i]}, "

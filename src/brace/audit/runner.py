@@ -13,6 +13,7 @@ from .._validation import check_bank, check_rng
 from ..memory import LSRMemory
 from .config import AuditConfig, _single_query
 from .density import _log_density, _sample, _Setup, _setup
+from .local import local_pair
 from .pairs import _given_pair, _replaced, candidate_pairs
 from .result import AuditResult, PairCertificate
 from .stats import _choose_thresholds, _threshold_grid, certify_thresholds, error_counts
@@ -68,7 +69,9 @@ def audit(
         Mechanism and sample sizes.
     replacement : (row, value), optional
         Audit this neighbour only (``D'`` = ``D`` with ``D[row] = value``); otherwise the
-        pair finder proposes candidates and the pilot runs choose.
+        pair finder proposes candidates and the pilot runs choose (or, with
+        ``config.pair`` ``"far"``/``"near"``, :func:`brace.audit.local.local_pair` gives
+        the one neighbour).
     statistic : callable, optional
         ``outputs (N, T, d) -> (N,)`` real scores; default: the exact log-likelihood ratio.
     progress : callable, optional
@@ -83,6 +86,8 @@ def audit(
     X = check_bank(bank)
     n, d = X.shape
     q = _single_query(query, d)
+    if replacement is not None and cfg.pair != "search":
+        raise ValueError(f"give replacement=(row, value) or config.pair={cfg.pair!r}, not both.")
     if statistic is not None and not callable(statistic):
         raise TypeError(f"statistic must be callable or None; got {type(statistic).__name__}.")
     setup = _setup(cfg, q)
@@ -92,8 +97,9 @@ def audit(
     D = LSRMemory(X, radius=cfg.radius)
 
     # --- candidates and screening -------------------------------------------------
-    if replacement is not None:
-        pairs = [_given_pair(X, q[0], cfg.radius, replacement)]
+    if replacement is not None or cfg.pair != "search":
+        pairs = [_given_pair(X, q[0], cfg.radius, replacement) if replacement is not None
+                 else local_pair(X, q, cfg)]
         screen_scores = [math.nan]
         n_screen_used = 0
     else:
@@ -115,7 +121,8 @@ def audit(
         screen_scores = []
         for i, p in enumerate(pairs):
             Dp = LSRMemory(_replaced(X, p), radius=cfg.radius)
-            out_p = _sample(Dp, setup, cfg.n_screen, check_rng(screen_streams[1 + i]))
+            out_p = _sample(Dp, setup, cfg.n_screen,
+                            check_rng(screen_streams[0 if cfg.coupled else 1 + i]))
             a = _stat(setup, D, Dp, out_d, statistic, ld)
             b = _stat(setup, D, Dp, out_p, statistic)
             screen_scores.append(_screen_score(a, b, llr=statistic is None))
@@ -133,7 +140,8 @@ def audit(
     pilot = []
     for j, i in enumerate(finalists):
         Dp = LSRMemory(_replaced(X, pairs[i]), radius=cfg.radius)
-        out_p = _sample(Dp, setup, cfg.n_pilot, check_rng(pilot_streams[1 + j]))
+        out_p = _sample(Dp, setup, cfg.n_pilot,
+                        check_rng(pilot_streams[0 if cfg.coupled else 1 + j]))
         a = _stat(setup, D, Dp, out_d, statistic, ld)
         b = _stat(setup, D, Dp, out_p, statistic)
         tau, eps_pilot = _choose_thresholds(
@@ -151,7 +159,8 @@ def audit(
     certs = []
     for j, (eps_pilot, _, i, tau) in enumerate(chosen):
         Dp = LSRMemory(_replaced(X, pairs[i]), radius=cfg.radius)
-        out_p = _sample(Dp, setup, cfg.n_runs, check_rng(fresh_streams[1 + j]))
+        out_p = _sample(Dp, setup, cfg.n_runs,
+                        check_rng(fresh_streams[0 if cfg.coupled else 1 + j]))
         a = _stat(setup, D, Dp, out_d, statistic, ld)
         b = _stat(setup, D, Dp, out_p, statistic)
         res = certify_thresholds(a, b, tau, delta=cfg.delta, alpha=cfg.alpha, n_bounds=n_bounds)
@@ -161,13 +170,15 @@ def audit(
             fpr_upper=res["fpr_upper"], fnr_upper=res["fnr_upper"],
             epsilon_per_threshold=res["epsilon_lb"], pilot_epsilon_lb=eps_pilot,
             screen_score=float(screen_scores[i]),
+            differing_runs=_differing_runs(out_d, out_p) if cfg.coupled else None,
         ))
     eps_lb = max(c.epsilon_lb for c in certs)
     seeds = {
         "seed": cfg.seed,
         "entropy": ss.entropy,
         "streams": "SeedSequence(entropy).spawn(4) = [candidates, screen, pilot, fresh]; "
-        "each stage .spawn(1 + pairs): [0] bank D, [1 + i] the i-th D' of that stage",
+        "each stage .spawn(1 + pairs): [0] bank D, [1 + i] the i-th D' of that stage"
+        + ("; coupled: every D' reuses [0]" if cfg.coupled else ""),
     }
     return AuditResult(
         config=cfg, label=cfg.label, claimed_epsilon=cfg.epsilon, delta=cfg.delta,
@@ -177,8 +188,15 @@ def audit(
         statistic="log-likelihood ratio" if statistic is None
         else getattr(statistic, "__name__", "user statistic"),
         rho_per_step=setup.spent.rho_per_step, gamma=setup.spent.gamma, seeds=seeds,
-        wall_time_s=time.perf_counter() - t0,
+        wall_time_s=time.perf_counter() - t0, charged_epsilon=cfg.charged_epsilon,
     )
+
+
+def _differing_runs(out_d: np.ndarray, out_p: np.ndarray) -> int:
+    """Coupled runs whose releases on ``D`` and ``D'`` differ in any bit."""
+    a = np.ascontiguousarray(out_d, dtype=np.float64).view(np.uint64)
+    b = np.ascontiguousarray(out_p, dtype=np.float64).view(np.uint64)
+    return int(np.count_nonzero(np.any((a != b).reshape(a.shape[0], -1), axis=1)))
 
 
 def _screen_score(a: np.ndarray, b: np.ndarray, *, llr: bool) -> float:
