@@ -97,7 +97,6 @@ def _json_result(path: str) -> bool:
 def run_show(args: argparse.Namespace) -> int:
     """Carry out ``brace ledger show``."""
     from .._io import dumps_strict
-    from ..accounting import RdpAccountant
     from ..budget import inspect_ledger
     from ..results import load_result
 
@@ -126,19 +125,16 @@ def run_show(args: argparse.Namespace) -> int:
     lines = [f"release {args.file}: method {res.method}, {p.queries} queries x {p.steps} "
              f"step(s), d = {p.dim}",
              f"  per query            : ({p.epsilon:g}, {p.delta:g})-DP"]
-    delta_e = p.delta_count * p.steps * p.queries if p.release == "count" else 0.0
-    if p.queries > 1 and delta_e > 0:
-        at = min(p.delta * p.queries, 0.5)
-        tot = RdpAccountant().compose(p.call_event).get_epsilon(at)
+    tot, at = p.composed()
+    if at != p.delta:
         info["epsilon_total_at"] = {"epsilon": tot, "delta": at}
         lines.append(
             f"  all queries composed : eps = {tot:.6g} at delta = {at:g} (each query spends "
-            f"part of its delta directly on the count proposals, {delta_e:g} in all, so at "
-            f"the per-query delta the composition is infinite; it is stated at "
-            f"{p.queries} x the per-query delta: the deltas add)")
+            "part of its delta directly on the count proposals, so at the per-query delta "
+            f"the composition is infinite; it is stated at {p.queries} x the per-query "
+            "delta: the deltas add)")
     else:
-        lines.append(f"  all queries composed : eps = {p.epsilon_total:.6g} at delta = "
-                     f"{p.delta:g}")
+        lines.append(f"  all queries composed : eps = {tot:.6g} at delta = {p.delta:g}")
     if args.ledger is not None:
         state = inspect_ledger(args.ledger)
         info["ledger"] = {"path": str(args.ledger), "spent_local": state.spent_local,
