@@ -288,3 +288,19 @@ def test_long_horizons_show_progress(files, capsys):
     assert "retrieve (3 queries)" in err and "120" in err
     assert main(base(tmp, "s.npz", "--method", "global", "--epsilon", "1", "--seed", "0")) == 0
     assert "retrieve (" not in capsys.readouterr().err  # short runs: no bar
+
+
+def test_uq_releases_through_a_ledger_are_charged(files, capsys):
+    """Issue: 'brace uq' had no --ledger, so its releases escaped the budget."""
+    tmp, X, q = files
+    led = tmp / "ledger.db"
+    assert _init(tmp, led, budget="4") == 0
+    argv = ["uq", "--bank", str(tmp / "bank.npy"), "--queries", str(tmp / "q.npy"),
+            "--radius", "0.8", "--steps", "2", "--epsilon", "1", "--delta", "1e-6",
+            "--n-sim", "20", "--seed", "0", "--ledger", str(led)]
+    assert main(argv) == 0
+    assert "spent eps" in capsys.readouterr().out
+    assert len(read_ledger(led).releases) == 1
+    assert main([*argv, "--epsilon", "50"]) == 2  # does not fit: refused, nothing spent
+    assert "past what the filter admits" in capsys.readouterr().err
+    assert len(read_ledger(led).releases) == 1

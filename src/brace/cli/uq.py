@@ -43,6 +43,10 @@ def add_parser(sub) -> None:
                    help="privacy part: linear-Gaussian model, simulated conditional law, or "
                    "auto (simulate only where the linear model is unreliable)")
     p.add_argument("--n-sim", type=int, default=400, help="simulated releases")
+    p.add_argument("--ledger", default=None,
+                   help="privacy ledger (made by 'brace ledger init'): the new release is "
+                   "charged to its budget and refused if it does not fit (default: no "
+                   "ledger)")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples")
     p.add_argument("--bandwidth", type=finite_float, default=None,
                    help="radial kernel bandwidth of the Jacobian (default r·n^(-1/5), at "
@@ -80,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     level = _check_level(args.level)
     if args.out is not None:  # before anything is computed
         check_output_path(args.out, inputs={"--bank": args.bank, "--queries": args.queries,
-                                            "--release": args.release},
+                                            "--release": args.release,
+                                            "--ledger": args.ledger},
                           overwrite=args.overwrite, suffixes=(".json",))
     if args.release is None:
         for flag, v in (("--queries", args.queries), ("--steps", args.steps),
@@ -88,6 +93,9 @@ def run(args: argparse.Namespace) -> int:
             if v is None:
                 raise ValueError(f"{flag} is required (or analyse a saved --release).")
     saved = None
+    if args.ledger is not None and args.release is not None:
+        raise ValueError("--ledger charges a new release; a saved --release was charged "
+                         "when it was made.")
     if args.release is not None:
         saved = load_result(args.release)
         if isinstance(saved, NoiselessResult):
@@ -107,6 +115,23 @@ def run(args: argparse.Namespace) -> int:
             res = saved if saved.noise_std is not None else with_diagnostics(mem, saved)
             if queries is None:
                 queries = res.queries
+        elif args.ledger is not None:  # charged to the budget, then analysed
+            from ..budget import PrivateMemory
+            from ..ledger import Ledger
+
+            db = Ledger.open(args.ledger)
+            budget = (db.meta["budget"]["epsilon"], db.meta["budget"]["delta"])
+            db.close()
+            with PrivateMemory(bank, radius=mem.radius_, budget=budget,
+                               ledger=args.ledger) as pm:
+                res = pm.retrieve(
+                    queries, method=args.method, epsilon=args.epsilon, delta=args.delta,
+                    steps=args.steps, kappa=args.kappa, gamma=args.gamma,
+                    release=args.release_mode, accounting=args.accounting,
+                    output_projection=not args.no_output_projection, seed=rng)
+                print(f"ledger {args.ledger}: spent eps = {pm.spent:.6g} of {budget[0]:g} "
+                      f"at delta = {budget[1]:g}; remaining eps = {pm.remaining:.6g}")
+            res = with_diagnostics(mem, res)
         else:
             res = private_retrieve(
                 mem, queries, method=args.method, epsilon=args.epsilon, delta=args.delta,
