@@ -55,14 +55,6 @@ def _words(n: int) -> np.ndarray:
     return np.frombuffer(os.urandom(8 * n), dtype=np.uint64)
 
 
-def _bit_length(x: np.ndarray) -> np.ndarray:
-    """Exact bit length of each int64 ``0 ≤ x < 2^62``."""
-    e = np.frexp(x.astype(np.float64))[1].astype(np.int64)  # may be one too big above 2^53
-    high = e > 0
-    too_big = high & ((x >> np.where(high, e - 1, 0)) == 0)
-    return e - too_big
-
-
 def _uniform_below(n: np.ndarray) -> np.ndarray:
     """A uniform integer in ``[0, n_i)`` for each ``1 ≤ n_i ≤ 2^62``: a random word ``w`` is
     kept when ``w ≥ 2^64 mod n_i`` (the kept range's length is a multiple of ``n_i``, so
@@ -171,17 +163,24 @@ def sample_two_sided_geometric(epsilon: float | Fraction, size: int | tuple[int,
                                ) -> np.ndarray:
     """Exact two-sided geometric (discrete Laplace) draws, ``P(z) ∝ exp(−ε|z|)``.
 
-    ``epsilon`` is taken as the exact rational it is (a float is a dyadic rational), so
-    the law is exactly the one the count release's proof (``docs/privacy-accounting.md``
-    §9) uses with ``p = exp(−ε)``. CKS 2020, Algorithm 2 in Python integers, every bit
-    from the operating system (:mod:`secrets`); int64 array of shape ``size``.
+    ``epsilon`` is taken as the exact rational ``s/t`` it is (a float is a dyadic
+    rational), so the law is exactly the one the count release's proof
+    (``docs/privacy-accounting.md`` §9) uses with ``p = exp(−ε)``. CKS 2020, Algorithm 2:
+    vectorised while ``s, t ≤ 2^62`` (every float ``ε ≥ 2^-10``), else in Python integers;
+    every bit from the operating system. Returns an int64 array of shape ``size``.
     """
-    eps = Fraction(epsilon)
-    if not eps > 0 or not math.isfinite(float(eps)):
+    try:
+        eps = Fraction(epsilon)
+    except (OverflowError, ValueError, TypeError):
+        eps = Fraction(0)
+    if not eps > 0:
         raise ValueError(f"epsilon must be a finite number > 0; got {epsilon!r}.")
     shape = (size,) if isinstance(size, int) else tuple(size)
     n = int(np.prod(shape, dtype=np.int64))
     s, t = eps.numerator, eps.denominator
+    if s <= 1 << 62 and t <= 1 << 62:
+        return _discrete_laplace(np.full(n, t, dtype=np.int64),
+                                 np.full(n, s, dtype=np.int64)).reshape(shape)
     return np.array([_discrete_laplace_scalar(s, t) for _ in range(n)],
                     dtype=np.int64).reshape(shape)
 
@@ -206,8 +205,12 @@ def _runs_exp1(n: int) -> np.ndarray:
     return v
 
 
-def _discrete_laplace(t: np.ndarray) -> np.ndarray:
-    """``P(z) ∝ exp(−|z|/t_i)`` per element (CKS 2020, Algorithm 2 with ``s = 1``)."""
+def _discrete_laplace(t: np.ndarray, s: np.ndarray | None = None) -> np.ndarray:
+    """``P(z) ∝ exp(−|z|·s_i/t_i)`` per element (CKS 2020, Algorithm 2; ``s = 1`` if None),
+    for integers ``1 ≤ s, t ≤ 2^62``: ``U`` uniform on ``[0, t)`` kept with probability
+    ``exp(−U/t)``, ``V`` the run of ``Bernoulli(exp(−1))`` successes, ``X = U + tV``
+    (geometric, parameter ``1 − e^{−1/t}``), ``Y = ⌊X/s⌋``, a random sign, ``−0`` rejected.
+    ``X`` is formed in Python integers where ``tV`` would pass 62 bits."""
     out = np.empty(t.shape, dtype=np.int64)
     todo = np.arange(t.size)
     while todo.size:
@@ -216,12 +219,17 @@ def _discrete_laplace(t: np.ndarray) -> np.ndarray:
         keep = _bernoulli_exp_le1(u, tt)
         v = np.zeros(todo.size, dtype=np.int64)
         v[keep] = _runs_exp1(int(keep.sum()))
-        if np.any(v > (_LIM62 - tt) // tt):  # pragma: no cover - P < e^{-2^31}
-            raise OverflowError("discrete Laplace draw beyond 2^62")
-        x = u + tt * v
+        big = v > (_LIM62 - tt) // tt
+        x = u + tt * np.where(big, 0, v)
+        y = x if s is None else x // s[todo]
+        for j in np.flatnonzero(big):  # P(V > 2^62/t − 1) = e^{−(2^62/t − 1)}
+            yj = (int(u[j]) + int(tt[j]) * int(v[j])) // (1 if s is None else int(s[todo[j]]))
+            if yj >= 1 << 62:  # pragma: no cover - probability below e^{-2^31}
+                raise OverflowError("discrete Laplace draw beyond 2^62")
+            y[j] = yj
         neg = (_words(todo.size) & np.uint64(1)).astype(bool)
-        keep &= ~(neg & (x == 0))
-        out[todo[keep]] = np.where(neg, -x, x)[keep]
+        keep &= ~(neg & (y == 0))
+        out[todo[keep]] = np.where(neg, -y, y)[keep]
         todo = todo[~keep]
     return out
 
