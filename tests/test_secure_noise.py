@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 from fractions import Fraction
 
@@ -475,3 +476,59 @@ def test_float_distinguisher_at_magnitude_1e6():
     assert np.array_equal(np.rint(aD / g), np.rint(aDp / g))
     assert _on_grid(sd) and _on_grid(sp)
     assert _advantage_pvalue(sd.outputs[:, 0], sp.outputs[:, 0]) > ALARM
+
+
+# --- the audit ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kw", [
+    dict(method="global", steps=2),
+    dict(method="brace", release="count", steps=2, epsilon=8.0),
+    dict(method="endpoint", steps=2),
+    dict(method="global", steps=1, grid_factor=2**10),
+], ids=["global", "count", "endpoint", "coarse-grid"])
+def test_secure_llr_change_of_measure_identity(kw):
+    """The exact discrete likelihood ratio of a secure release: E_D[e^S] = 1 and
+    E_{D'}[e^{-S}] = 1 at a pair that moves the gate mean (and count) at q."""
+    from brace.audit import AuditConfig, candidate_pairs, log_likelihood_ratio
+    from brace.audit.density import _sample, _setup
+    from brace.audit.pairs import _replaced
+    from brace.audit.report import report_bank
+
+    X, q = report_bank(24, 1, 0.5, 8)
+    cfg = AuditConfig(radius=0.5, noise="secure", **{"epsilon": 2.0, **kw})
+    pair = next(p for p in candidate_pairs(X, q, cfg, rng=0) if p.kind == "antipodal")
+    Xp = _replaced(X, pair)
+    setup = _setup(cfg.validated(), q[None])
+    n = 4000
+    for B, sign in ((X, 1.0), (Xp, -1.0)):
+        Y = _sample(brace.LSRMemory(B, radius=0.5), setup, n, np.random.default_rng(1))
+        w = np.exp(sign * log_likelihood_ratio(X, Xp, q, Y, cfg))
+        assert abs(w.mean() - 1.0) < 6 * w.std() / math.sqrt(n) + 1e-3
+        assert w.std() > 1e-3
+
+
+def test_audit_secure_passes_and_a_coarser_grid_is_caught(monkeypatch):
+    from brace.audit import AuditConfig, audit
+    report_mod = importlib.import_module("brace.audit.report")
+    from brace.audit.report import SECURE_BROKEN_GRID, ReportConfig, report_bank, report_cases
+
+    X, q = report_bank(24, 1, 0.5, 8)
+    base = dict(method="global", noise="secure", epsilon=1.0, steps=1, radius=0.5,
+                n_runs=10_000, n_screen=100, max_candidates=8, n_finalists=2, seed=1)
+    broken = audit(X, q, AuditConfig(**base, grid_factor=SECURE_BROKEN_GRID))
+    assert broken.verdict == "caught" and broken.epsilon_lb > 3.0, str(broken)
+    real = audit(X, q, AuditConfig(**base))
+    assert real.verdict == "pass" and real.epsilon_lb <= 1.0, str(real)
+    monkeypatch.setattr(report_mod, "choose_gamma_for_gates", lambda *a, **k: 0.1)  # fast
+    labels = [cfg.label for _, cfg in report_cases(ReportConfig())]
+    assert "brace (count release) [secure]" in labels
+    assert "global [secure], grid x2^23 (BROKEN on purpose)" in labels
+    for bad, match in ((dict(noise="secure", release="smooth"), "count release"),
+                       (dict(noise="secure", method="naive"), "count release"),
+                       (dict(noise="secure", method="global", noise_scale_factor=0.5),
+                        "grid_factor"),
+                       (dict(grid_factor=4), "noise='secure'"),
+                       (dict(noise="secure", method="global", grid_factor=0), ">= 1"),
+                       (dict(noise="loud"), "'plain' or 'secure'")):
+        with pytest.raises(ValueError, match=match):
+            AuditConfig(**bad).validated()

@@ -93,7 +93,7 @@ def _secure_step(plan: ReleasePlan, pre: np.ndarray, sens: np.ndarray, q: np.nda
     public grid, projected onto ``B̄(q, radius − g√d)`` and rounded to the grid (both
     post-processing), so it stays in ``B̄(q, radius)``. Returns (release, grid, σ)."""
     y, g, sigma = secure_gaussian(pre, sens, plan.spent.rho_per_step, plan.radius,
-                                  grid_factor=grid_factor)
+                                  grid_factor=grid_factor, anchor=q)
     if plan.output_projection:
         y = snap(_project(y, q, radius - g * np.sqrt(q.shape[1])), g)
     return y, g, sigma

@@ -35,8 +35,10 @@ __all__ = [
     "SECURE_SEED_REASON",
     "check_noise",
     "grid_unit",
+    "rounded_units",
     "secure_gaussian",
     "snap",
+    "step_params",
 ]
 
 NOISE_MODES = ("plain", "secure")
@@ -81,39 +83,62 @@ def _sigma2(sens_units: float, rho: Fraction, d: int) -> tuple[int, int]:
     return discrete_gaussian_params(dg * dg / (2 * rho))
 
 
-def secure_gaussian(pre: np.ndarray, sensitivity: Any, rho: float, r: float, *,
-                    grid_factor: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One secure step for each row of ``pre`` (Q, d) with public ``sensitivity`` (Q,)
-    and per-step zCDP ``rho`` (module docstring, steps 1–4 before post-processing).
-
-    Returns ``(g·(u + Z), g, σ·g)``: the unprojected release (every coordinate a grid
-    point), the grid unit per row and the discrete Gaussian's σ per row in the units of
-    the data. ``grid_factor`` (> 1 only in the audit's deliberately broken variant) rounds
-    ``p`` to a grid that many times coarser than the one the noise is calibrated for.
-    """
-    pre = np.asarray(pre, dtype=np.float64)
-    Q, d = pre.shape
-    sens = np.broadcast_to(np.asarray(sensitivity, dtype=np.float64), (Q,))
+def step_params(sensitivity: Any, rho: float, r: float, d: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The public grid ``g`` and the sampler's ``σ² = t·m`` (exact integers) per row of a
+    step with sensitivity ``Δ`` (Q,) and per-step zCDP ``ρ``: ``t·m ≥ (Δ/g + √d)²/(2ρ)``."""
+    sens = np.atleast_1d(np.asarray(sensitivity, dtype=np.float64))
     if not (rho > 0 and math.isfinite(rho)):
         raise ValueError(f"rho must be a finite number > 0; got {rho!r}.")
     g = grid_unit(sens / math.sqrt(2.0 * rho), r, d)
-    coarse = g * grid_factor
-    units = pre / coarse[:, None]
+    rho_q = Fraction(rho)
+    t = np.empty(sens.shape, dtype=np.int64)
+    m = np.empty(sens.shape, dtype=np.int64)
+    cache: dict = {}
+    for i in range(sens.size):
+        key = (float(sens[i]), float(g[i]))
+        if key not in cache:
+            cache[key] = _sigma2(key[0] / key[1], rho_q, d)
+        t[i], m[i] = cache[key]
+    return g, t, m
+
+
+def rounded_units(pre: np.ndarray, g: np.ndarray, grid_factor: int = 1,
+                  anchor: np.ndarray | None = None) -> np.ndarray:
+    """``u = round(p/g)`` per row (int64; refused beyond 2^52 units). The audit's broken
+    variant (``grid_factor`` > 1): ``p`` goes to the centre of its cell of a grid
+    ``G = grid_factor·g`` whose cell boundaries pass through ``anchor`` (the public query:
+    the worst placement), then to the grid ``g``."""
+    pre = np.asarray(pre, dtype=np.float64)
+    if grid_factor != 1:
+        G = (g * grid_factor)[:, None]
+        pre = anchor + G * (np.floor((pre - anchor) / G) + 0.5)
+    units = pre / g[:, None]
     if not np.all(np.abs(units) < _MAX_UNITS):
         raise ValueError(
             "secure noise: the pre-noise point is more than 2^52 grid units from the origin "
             f"(grid {float(g.min()):.3g}); centre the bank and the queries (subtract a common "
             "offset) or rescale them.")
-    u = np.rint(units).astype(np.int64) * grid_factor
-    rho_q = Fraction(rho)
-    t = np.empty(Q, dtype=np.int64)
-    m = np.empty(Q, dtype=np.int64)
-    cache: dict = {}
-    for i in range(Q):
-        key = (float(sens[i]), float(g[i]))
-        if key not in cache:
-            cache[key] = _sigma2(key[0] / key[1], rho_q, d)
-        t[i], m[i] = cache[key]
+    return np.rint(units).astype(np.int64)
+
+
+def secure_gaussian(pre: np.ndarray, sensitivity: Any, rho: float, r: float, *,
+                    grid_factor: int = 1, anchor: np.ndarray | None = None,
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One secure step for each row of ``pre`` (Q, d) with public ``sensitivity`` (Q,)
+    and per-step zCDP ``rho`` (module docstring, steps 1–4 before post-processing).
+
+    Returns ``(g·(u + Z), g, σ·g)``: the unprojected release (every coordinate a grid
+    point), the grid unit per row and the discrete Gaussian's σ per row in the units of
+    the data. ``grid_factor`` > 1 (the audit's deliberately broken variant only) rounds
+    ``p`` to a grid that many times coarser than the noise is calibrated for, with cell
+    boundaries through ``anchor`` (:func:`rounded_units`).
+    """
+    pre = np.asarray(pre, dtype=np.float64)
+    Q, d = pre.shape
+    sens = np.broadcast_to(np.asarray(sensitivity, dtype=np.float64), (Q,))
+    g, t, m = step_params(sens, rho, r, d)
+    u = rounded_units(pre, g, grid_factor, anchor)
     z = sample_discrete_gaussian(t[:, None], np.broadcast_to(m[:, None], (Q, d)))
     k = u + z
     if not np.all(np.abs(k) < _MAX_UNITS):  # pragma: no cover - |Z| > 2^51 is impossible
