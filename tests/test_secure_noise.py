@@ -200,6 +200,11 @@ def test_cli_retrieve_secure(tmp_path, capsys):
     assert main([*base, "--noise", "secure", "--release-mode", "smooth", "--out",
                  str(tmp_path / "s.npz")]) == 2
     assert "smooth release" in capsys.readouterr().err
+    # uq: a secure release (where plain auto would choose the smooth release), its
+    # simulated privacy part re-run with the same secure plan
+    assert main(["uq", "--bank", str(bank), "--queries", str(queries), "--radius", "0.8",
+                 "--steps", "2", "--epsilon", "256", "--noise", "secure", "--seed", "3",
+                 "--privacy", "simulate", "--n-sim", "20"]) == 0
 
 
 # --- the grid's privacy ---------------------------------------------------------------------
