@@ -19,6 +19,7 @@ import numpy as np
 from . import memory as _memory
 from .memory import LSRMemory, _distinct_rows
 from .plan import ReleasePlan
+from .secure import secure_gaussian, snap
 from .sensitivity import (
     CleanTrajectoryBound,
     Numerics,
@@ -86,15 +87,34 @@ def may_correct(plan: ReleasePlan, qscale: np.ndarray, num: Numerics) -> bool:
     return not bool(num.down(plan.theta * (1.0 - num.norm_margin)) >= num.up(b3_max))
 
 
-def _endpoint(memory: LSRMemory, q: np.ndarray, plan: ReleasePlan, xi: np.ndarray, *,
-              return_clean: bool = False) -> dict[str, Any]:
-    """``Y = Π_{B̄(q,(T+1)r)}(z_T + s ξ)``, ``s = 2T(r + σ)·noise_multiplier``."""
+def _secure_step(plan: ReleasePlan, pre: np.ndarray, sens: np.ndarray, q: np.ndarray,
+                 radius: float, grid_factor: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Secure mode (``docs/privacy-accounting.md`` §13): the exact discrete release on the
+    public grid, projected onto ``B̄(q, radius − g√d)`` and rounded to the grid (both
+    post-processing), so it stays in ``B̄(q, radius)``. Returns (release, grid, σ)."""
+    y, g, sigma = secure_gaussian(pre, sens, plan.spent.rho_per_step, plan.radius,
+                                  grid_factor=grid_factor, anchor=q)
+    if plan.output_projection:
+        y = snap(_project(y, q, radius - g * np.sqrt(q.shape[1])), g)
+    return y, g, sigma
+
+
+def _endpoint(memory: LSRMemory, q: np.ndarray, plan: ReleasePlan, xi: np.ndarray | None, *,
+              return_clean: bool = False, grid_factor: int = 1) -> dict[str, Any]:
+    """``Y = Π_{B̄(q,(T+1)r)}(z_T + s ξ)``, ``s = 2T(r + σ)·noise_multiplier``; secure
+    mode: the same on its grid (:func:`_secure_step`)."""
     T, r = plan.steps, plan.radius
     clean = memory.retrieve(q, T)
-    std = endpoint_sensitivity(memory.n_memories, r, T, q) * plan.noise_multiplier
-    y = clean[:, -1] + std[:, None] * xi[:, 0]
-    if plan.output_projection:
-        y = _project(y, q, (T + 1) * r)
+    sens = endpoint_sensitivity(memory.n_memories, r, T, q)
+    grid = None
+    if plan.noise == "secure":
+        y, g, std = _secure_step(plan, clean[:, -1], sens, q, (T + 1) * r, grid_factor)
+        grid = g[:, None]
+    else:
+        std = sens * plan.noise_multiplier
+        y = clean[:, -1] + std[:, None] * xi[:, 0]
+        if plan.output_projection:
+            y = _project(y, q, (T + 1) * r)
     Q = q.shape[0]
     zeros = np.zeros((Q, 1), dtype=np.int64)
     return dict(
@@ -108,6 +128,7 @@ def _endpoint(memory: LSRMemory, q: np.ndarray, plan: ReleasePlan, xi: np.ndarra
         entered=zeros.copy(),
         correction_norm=np.zeros((Q, 1)),
         clean=clean if return_clean else None,
+        grid=grid,
     )
 
 
@@ -123,6 +144,7 @@ def _iterative(
     counts: np.ndarray | None = None,
     progress: Callable[[int, int], None] | None = None,
     return_clean: bool = False,
+    grid_factor: int = 1,
 ) -> dict[str, Any]:
     """Run an iterative method (BRACE, global, naive) as planned.
 
@@ -133,7 +155,9 @@ def _iterative(
     (naive, NOT DP). With ``history`` (Q, T+1, d), the released states are taken from it
     instead of being drawn (the certificate along a given public history), and for the
     count release ``counts`` (Q, T) gives the released noisy counts ``m̃_t``; ``trace``
-    (a dict) collects the pre-noise points, the sensitivities ``Δ_t`` and ``G``.
+    (a dict) collects the pre-noise points, the sensitivities ``Δ_t`` and ``G``. Secure
+    mode (``plan.noise``): each step is drawn by :func:`_secure_step` on its public grid
+    (``grid`` (Q, T); ``noise_std`` is then the discrete Gaussian's σ).
     """
     Q, d = q.shape
     n = memory.n_memories
@@ -168,6 +192,8 @@ def _iterative(
     gate_rel = np.zeros(shape, dtype=np.int64)
     inter = np.zeros(shape, dtype=np.int64)
     rnorm = np.zeros(shape)
+    secure = plan.noise == "secure" and history is None
+    grid = np.zeros(shape) if secure else None
     idx = np.arange(Q)
     # The clean trajectory is needed by the correction (BRACE when it can activate) or
     # when asked for; otherwise each step is one pass at the released state only, and
@@ -265,9 +291,13 @@ def _iterative(
         if history is not None:
             Y[:, t] = history[:, t]
             continue
-        y = pre + s_t[:, None] * xi[:, t - 1]
-        if proj:
-            y = _project(y, q, (t + 1) * r)
+        if secure:
+            y, grid[:, t - 1], std[:, t - 1] = _secure_step(plan, pre, sens, q, (t + 1) * r,
+                                                           grid_factor)
+        else:
+            y = pre + s_t[:, None] * xi[:, t - 1]
+            if proj:
+                y = _project(y, q, (t + 1) * r)
         Y[:, t] = y
         if progress is not None:
             progress(t, T)
@@ -283,4 +313,5 @@ def _iterative(
         correction_norm=rnorm if track_clean else None,
         clean=z if return_clean else None,
         released_counts=released_counts,
+        grid=grid,
     )

@@ -41,6 +41,7 @@ from .mechanisms import (
 )
 from .memory import LSRMemory, pins_bank
 from .plan import plan_release
+from .secure import SECURE_SEED_REASON
 
 __all__ = ["BudgetExceededError", "PrivateMemory", "ACCOUNTINGS", "QUERY_DELTA_SHARE",
            "LedgerState", "inspect_ledger", "migrate_json_ledger"]
@@ -351,7 +352,8 @@ class PrivateMemory:
     @pins_bank
     def retrieve(self, queries: Any, *, steps: int, epsilon: float,
                  delta: float | None = None, method: str = "brace", seed: Any = None,
-                 fresh: bool = False, **kw: Any) -> PrivateRetrievalResult:
+                 fresh: bool = False, noise: str = "plain",
+                 **kw: Any) -> PrivateRetrievalResult:
         """A private release (as :func:`brace.private_retrieve`, per-query (ε, δ)),
         admitted by the budget's filter and charged to it.
 
@@ -362,6 +364,8 @@ class PrivateMemory:
         and spends nothing, unless ``fresh=True``. ``method="naive"`` (not private),
         ``return_clean`` and caller-chosen innovations are refused. The result carries
         no diagnostics (they are data-dependent and not covered by ε).
+        ``noise="secure"``: exact discrete noise from the operating system's CSPRNG, no
+        seed (:func:`brace.private_retrieve`; ``docs/deploying.md``); same accounting.
         """
         if method not in PRIVATE_METHODS:
             raise ValueError(
@@ -381,7 +385,11 @@ class PrivateMemory:
                else check_delta(delta))
         plan_kw = {k: kw[k] for k in _PLAN_KW if k in kw}
         plan = plan_release(self._memory, method=method, epsilon=eps, delta=dlt, steps=T,
-                            queries=q.shape[0], **plan_kw)
+                            queries=q.shape[0], noise=noise, **plan_kw)
+        if plan.noise == "secure":
+            if seed is not None:
+                raise ValueError(f"seed must be None with noise='secure': {SECURE_SEED_REASON}")
+            kw = {**kw, "noise": "secure"}  # in the call key and passed on
         key = _call_key(q, T, eps, dlt, method, plan, kw)
         with self._locked():
             if self._db is None:

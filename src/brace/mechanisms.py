@@ -42,8 +42,10 @@ from ._validation import (
     check_queries,
     rng_and_record,
 )
+from .discrete import sample_two_sided_geometric
 from .memory import LSRMemory, pins_bank
 from .plan import DEFAULT_KAPPA, METHODS, PRIVATE_METHODS, no_correction_kappa, plan_release
+from .secure import SECURE_SEED_REASON
 
 __all__ = [
     "DEFAULT_KAPPA",
@@ -122,6 +124,9 @@ class PrivateRetrievalResult:
     queries : (Q, d) the (public) queries.
     released_counts : (Q, T) int or None — the count release's noisy gate counts
         ``m̃_t``: part of the DP release (``release="count"`` only).
+    grid : (Q, T) float or None — secure mode (``noise="secure"``): the public grid unit
+        (a power of two) of each released step; every released coordinate is an integer
+        multiple of it (``docs/privacy-accounting.md`` §13). None for plain noise.
     """
 
     method: str
@@ -140,6 +145,7 @@ class PrivateRetrievalResult:
     clean: np.ndarray | None = None
     queries: np.ndarray | None = None
     released_counts: np.ndarray | None = None
+    grid: np.ndarray | None = None
 
     @property
     def effective_count(self) -> np.ndarray | None:
@@ -181,6 +187,7 @@ class PrivateRetrievalResult:
             "queries": plain(self.queries),
             **({} if self.released_counts is None
                else {"released_counts": plain(self.released_counts)}),
+            **({} if self.grid is None else {"grid": plain(self.grid)}),
             "privacy": self.privacy.to_dict(),
             "params": strict_json(dict(self.params)),
         }
@@ -290,7 +297,9 @@ def private_retrieve(
     return_clean: bool = False,
     release: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    noise: str = "plain",
     _innovations: Any = None,
+    _grid_factor: int = 1,
 ) -> PrivateRetrievalResult:
     """Release a retrieval trajectory from an LSR memory under (ε, δ)-DP.
 
@@ -366,11 +375,26 @@ def private_retrieve(
         an edit is refused at the call's exit, but one undone before the call returns
         is not detected (``docs/scale.md``, "No copies"). Horizons are bounded by
         :data:`brace._validation.MAX_STEPS`.
+    noise : {"plain", "secure"}, default "plain"
+        ``"plain"``: numpy draws in floating point (seedable, reproducible). ``"secure"``
+        (``docs/privacy-accounting.md`` §13, ``docs/deploying.md``): every random bit from
+        the operating system's CSPRNG, no seed (a seed is an error); the pre-noise point is
+        rounded to a public power-of-two grid (the rounding enters the sensitivity), the
+        noise is the exact discrete Gaussian on that grid (Canonne, Kamath & Steinke 2020)
+        and the noisy counts an exact two-sided geometric, and every released coordinate
+        is a grid point (``res.grid``). Supported: the count release, global and
+        endpoint; the smooth release (data-dependent scale) is refused and
+        ``release="auto"`` chooses the count release. The guarantee and the accounting
+        are those of the plain release.
     _innovations : array (Q, R, d), private
         Internal (the audit scales the innovations to test itself): standard normal
         draws used instead of drawing them. The result is then marked **not private**
         (``is_private=False``, ``privacy.event`` a NonPrivateEvent): caller-chosen noise
         (zeros, say) carries no guarantee.
+    _grid_factor : int, private
+        Secure mode, the audit's deliberately broken variant only: round the pre-noise
+        point to a grid this many times coarser than the noise is calibrated for. Any
+        value but 1 marks the result **not private**.
 
     Returns
     -------
@@ -395,7 +419,17 @@ def private_retrieve(
     plan = plan_release(memory, method=method, epsilon=epsilon, delta=delta, steps=steps,
                         kappa=kappa, gamma=gamma, accounting=accounting,
                         output_projection=output_projection, release=release,
-                        queries=q.shape[0])
+                        queries=q.shape[0], noise=noise)
+    secure = plan.noise == "secure"
+    if secure and seed is not None:
+        raise ValueError(f"seed must be None with noise='secure': {SECURE_SEED_REASON}")
+    if secure and _innovations is not None:
+        raise ValueError("_innovations are standard normal draws; noise='secure' draws its "
+                         "own exact discrete noise.")
+    if isinstance(_grid_factor, bool) or not isinstance(_grid_factor, int) or _grid_factor < 1:
+        raise ValueError(f"_grid_factor must be an int >= 1; got {_grid_factor!r}.")
+    if _grid_factor != 1 and not secure:
+        raise ValueError("_grid_factor is for noise='secure'.")
     return_clean = check_bool("return_clean", return_clean)
     if progress is not None and not callable(progress):
         raise TypeError(f"progress must be callable as progress(t, T). Found {progress!r}.")
@@ -403,8 +437,11 @@ def private_retrieve(
     T = plan.steps
     check_output_size((2, Q, T + 1, d), "the release and its clean trajectory")
     xi = _check_noise(_innovations, (Q, plan.releases, d))
-    rng, seed_record = rng_and_record(seed)
-    if xi is None:
+    if secure:
+        rng, seed_record = None, None
+    else:
+        rng, seed_record = rng_and_record(seed)
+    if xi is None and not secure:
         xi = rng.standard_normal((Q, T, d))
         if method == "endpoint":
             xi = xi[:, -1:]
@@ -416,25 +453,34 @@ def private_retrieve(
             stacklevel=2,
         )
     count_noise = None
-    if plan.release == "count":
+    if plan.release == "count" and secure:  # exact, P(z) ∝ exp(−ε_c|z|), OS randomness
+        count_noise = sample_two_sided_geometric(plan.eps_count, (Q, T))
+    elif plan.release == "count":
         p = math.exp(-plan.eps_count)  # two-sided geometric: P(z) ∝ p^|z|
         count_noise = rng.geometric(1.0 - p, (Q, T)) - rng.geometric(1.0 - p, (Q, T))
     spent = plan.spent
     if _innovations is not None:
         spent = dataclasses.replace(spent, not_private_reason=INNOVATIONS_REASON,
                                     epsilon_total=math.inf)
+    if _grid_factor != 1:
+        spent = dataclasses.replace(spent, not_private_reason=GRID_FACTOR_REASON,
+                                    epsilon_total=math.inf)
     if method == "endpoint":
-        arrays = _endpoint(memory, q, plan, xi, return_clean=return_clean)
+        arrays = _endpoint(memory, q, plan, xi, return_clean=return_clean,
+                           grid_factor=_grid_factor)
         if progress is not None:
             progress(1, 1)
     else:
         arrays = _iterative(memory, q, plan, xi, count_noise=count_noise, progress=progress,
-                            return_clean=return_clean)
+                            return_clean=return_clean, grid_factor=_grid_factor)
+    params = plan.params(seed_record if _innovations is None else None)
+    if secure:
+        params["seed_null_reason"] = SECURE_SEED_RECORD
     return PrivateRetrievalResult(
         method=method,
-        is_private=plan.is_private and _innovations is None,
+        is_private=plan.is_private and _innovations is None and _grid_factor == 1,
         privacy=spent,
-        params=plan.params(seed_record if _innovations is None else None),
+        params=params,
         queries=q,
         **arrays,
     )
@@ -542,3 +588,6 @@ def _check_noise(noise: Any, shape: tuple[int, ...]) -> np.ndarray | None:
 
 
 INNOVATIONS_REASON = "innovations supplied by the caller (_innovations), not drawn"
+GRID_FACTOR_REASON = ("the pre-noise point was rounded to a grid coarser than the noise is "
+                      "calibrated for (_grid_factor; a deliberately broken variant)")
+SECURE_SEED_RECORD = "secure noise: every bit from the operating system's CSPRNG, no seed"

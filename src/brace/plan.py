@@ -38,6 +38,7 @@ from ._validation import (
 )
 from .accounting import PrivacySpent
 from .memory import LSRMemory
+from .secure import check_noise
 
 __all__ = [
     "DEFAULT_KAPPA",
@@ -89,6 +90,9 @@ class ReleasePlan:
         on the noisy count (its ε_c, δ_c and margin are in ``spent``).
     proposal_delta : float or None — count release: share of δ given to the proposals'
         failure probability (``δ_c = proposal_delta·δ/T``).
+    noise : str — ``"plain"`` (numpy, floating point) or ``"secure"`` (exact discrete
+        noise on a public grid from the operating system's CSPRNG,
+        ``docs/privacy-accounting.md`` §13).
     """
 
     method: str
@@ -109,6 +113,7 @@ class ReleasePlan:
     count_share: float | None = None
     proposal_delta: float | None = None
     kappa_rule: str = "given"
+    noise: str = "plain"
 
     @property
     def is_private(self) -> bool:
@@ -159,6 +164,7 @@ class ReleasePlan:
             "output_projection": self.output_projection,
             "seed": seed,
             "accounting": self.accounting,
+            "noise": self.noise,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -177,7 +183,8 @@ class ReleasePlan:
             f"  T = {self.steps}, r = {self.radius:g}, kappa = {self.kappa:g} "
             f"[{self.kappa_rule}], n = {self.n}, d = {self.dim}, queries = {self.queries}",
             f"  gamma = {self.gamma:.6g} ({self.gamma_rule}), noise multiplier = "
-            f"{self.noise_multiplier:.8g}, output projection = {self.output_projection}",
+            f"{self.noise_multiplier:.8g}, output projection = {self.output_projection}"
+            + (", noise = secure (exact, OS randomness)" if self.noise == "secure" else ""),
         ]
         if self.release == "count":
             lines.append(f"  count release: share {self.count_share:g} of rho, "
@@ -203,6 +210,7 @@ def plan_release(
     release: str | None = None,
     queries: int = 1,
     radius: float | None = None,
+    noise: str = "plain",
 ) -> ReleasePlan:
     """Validate the mechanism's parameters and decide every choice of a release.
 
@@ -226,6 +234,13 @@ def plan_release(
         Queries answered by the call (``spent.epsilon_total`` composes over them).
     radius : float
         Only with ``memory=(n, d)``.
+    noise : {"plain", "secure"}
+        ``"secure"``: exact discrete noise on a public grid from the operating system's
+        CSPRNG (``docs/privacy-accounting.md`` §13). Only releases with a public noise
+        scale support it: BRACE's count release, global and endpoint. The smooth release
+        (its scale Δ̄_t depends on the data) and the naive baseline are refused, and
+        ``release="auto"`` chooses the count release (refused where the boundary
+        correction could fire: the count release has none).
 
     Returns
     -------
@@ -269,6 +284,7 @@ def plan_release(
     n, dim, r = _shape(memory, radius)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}; got {method!r}.")
+    noise = check_noise(noise)
     budget = epsilon is not None or delta is not None
     if budget:
         eps = check_epsilon(epsilon)
@@ -297,8 +313,11 @@ def plan_release(
     if not budget and release != "smooth":
         raise ValueError(f"release={release!r} needs the budget (epsilon, delta): its split "
                          "and margin are calibrated from it.")
+    if noise == "secure":
+        release = _secure_release(method, release, gamma_rule, accounting, kap, proj, T,
+                                  budget)
     common = dict(method=method, steps=T, radius=r, accounting=accounting,
-                  output_projection=proj, n=n, dim=dim, queries=Q)
+                  output_projection=proj, n=n, dim=dim, queries=Q, noise=noise)
     if not budget:
         return ReleasePlan(**common, **_kappa_record(kap, brace, release, proj, T),
                            release=release if brace else FIXED,
@@ -309,7 +328,12 @@ def plan_release(
     # 1. the release mode
     release_rule = "given"
     share = f_delta = None
-    if release == "auto":
+    if release == "auto" and noise == "secure":
+        share, f_delta = _secure_count_split(eps, dlt, T, dim)
+        release = "count"
+        release_rule = ("auto: count (secure noise needs a public noise scale; the largest "
+                        f"count share within {_policy.AUTO_GLOBAL_RATIO:g}x global noise)")
+    elif release == "auto":
         if gamma_rule in ("given", "gates"):  # a γ from the caller: the smooth release
             release, release_rule = "smooth", "auto: smooth (gamma given by the caller)"
         else:
@@ -363,6 +387,55 @@ def _kappa_record(kappa: float, brace: bool, release: str, proj: bool,
         return {"kappa": kappa, "kappa_rule": "given (infinite: the correction never "
                 "activates)"}
     return {"kappa": kappa, "kappa_rule": "given"}
+
+
+def _secure_release(method: str, release: str, gamma_rule: str, accounting: str, kappa: float,
+                    proj: bool, T: int, budget: bool) -> str:
+    """Secure mode supports the releases with a public noise scale; refuse the others."""
+    why = ("secure noise samples exactly at a public scale; the smooth release's scale "
+           "(the certificate Δ̄_t) depends on the data, and no guarantee is derived here for "
+           "discrete noise at a data-dependent scale")
+    if method == "naive":
+        raise ValueError("noise='secure' is for private methods: the naive baseline is NOT "
+                         "differentially private (its noise scale reveals the gate count).")
+    if not budget:
+        return release
+    if method != "brace":
+        return release
+    if release == "smooth" or accounting != "rdp":
+        raise ValueError(f"noise='secure' does not support BRACE's smooth release: {why}. "
+                         "Use release='count' or 'auto' (accounting='rdp'), or "
+                         "method='global' or 'endpoint'.")
+    if release == "auto" and gamma_rule in ("given", "gates"):
+        raise ValueError(f"noise='secure' with gamma given asks for the smooth release: "
+                         f"{why}. Drop gamma (release='auto' then chooses the count release).")
+    if release == "auto" and not (not math.isfinite(kappa) or (
+            proj and kappa >= no_correction_kappa(T))):
+        raise ValueError(
+            "noise='secure' with release='auto': the only BRACE release with a public noise "
+            f"scale is the count release, which has no boundary correction, and kappa={kappa:g}"
+            f" lets the correction fire at T={T}"
+            + ("" if proj else " without the output projection")
+            + ". Pass release='count' (it ignores kappa), kappa=inf (or kappa >= "
+            f"no_correction_kappa(T) = {no_correction_kappa(T):.6g} with the projection), or "
+            "use method='global'.")
+    return release
+
+
+@functools.lru_cache(maxsize=64)
+def _secure_count_split(eps: float, dlt: float, T: int, d: int) -> tuple[float, float]:
+    """The count candidate of ``release="auto"`` (``docs/privacy-accounting.md`` §10):
+    a tenth of δ for the proposals and the largest count share whose noise stays within
+    ``AUTO_GLOBAL_RATIO``× global's (the defaults where no share fits)."""
+    f = _policy.AUTO_PROPOSAL_DELTA
+    rho0 = _acc.calibrate_rho(eps, dlt, T, dim=d, gamma=0.0)
+    rho_s = _acc.calibrate_rho(eps + math.log1p(-f * dlt), (1.0 - f) * dlt, T, dim=d,
+                               gamma=0.0)
+    strict = _policy.AUTO_GLOBAL_RATIO * (1.0 - 1e-6)
+    share = min(_policy.COUNT_SHARE_MAX, 1.0 - rho0 / (strict * strict * rho_s))
+    if not share > 0.0:
+        return _acc.COUNT_SHARE, _acc.COUNT_PROPOSAL_DELTA
+    return share, f
 
 
 def _shape(memory: Any, radius: Any) -> tuple[int, int, float]:

@@ -191,6 +191,8 @@ def save_result(
         arrays["warning"] = np.asarray(d["warning"])
     if getattr(result, "released_counts", None) is not None:  # part of a count release
         arrays["released_counts"] = np.asarray(result.released_counts)
+    if getattr(result, "grid", None) is not None:  # secure noise: the public grid per step
+        arrays["grid"] = np.asarray(result.grid)
     if include_diagnostics and isinstance(result, PrivateRetrievalResult):
         for k, v in result.diagnostics().items():
             if v is not None:
@@ -300,6 +302,9 @@ def load_result(path: str | os.PathLike) -> PrivateRetrievalResult | NoiselessRe
                          "inconsistent.")
     fields = {k: diags.get(k) for k in DIAGNOSTIC_FIELDS}
     fields["released_counts"] = _counts(p, doc.get("released_counts"), privacy, outputs)
+    grid = doc.get("grid")
+    if grid is not None:
+        fields["grid"] = np.asarray(grid, dtype=np.float64)
     return PrivateRetrievalResult(
         method=method,
         is_private=is_private,

@@ -42,7 +42,13 @@ class AuditConfig:
     these two with public parameters, and each is audited.
     ``noise_scale_factor`` multiplies the noise std of the mechanism **and** of the
     density model (an honest model of a deliberately broken mechanism; 1 = the real
-    one, 0.5 = "noise std halved"). Sample sizes are per bank: ``n_screen`` per
+    one, 0.5 = "noise std halved"). ``noise="secure"`` audits secure mode
+    (``docs/privacy-accounting.md`` §13: exact discrete noise on the public grid, OS
+    randomness, so such rows are not reproducible from ``seed``; BRACE's count release,
+    global and endpoint) with the exact discrete likelihood ratio; ``grid_factor`` > 1
+    rounds the pre-noise point to a grid that many times coarser than the accounting
+    assumes, its cell boundaries through the query (a deliberately broken variant; the
+    density model follows it). Sample sizes are per bank: ``n_screen`` per
     candidate pair, ``n_pilot`` per finalist (default ``n_runs // 4``), ``n_runs`` fresh
     runs per certified pair. ``n_finalists`` pairs get pilot runs, the best
     ``n_certify`` are certified (Bonferroni over them) with ``n_thresholds`` thresholds
@@ -74,6 +80,8 @@ class AuditConfig:
     accounting: str = "rdp"
     release: str = "smooth"
     noise_scale_factor: float = 1.0
+    noise: str = "plain"
+    grid_factor: int = 1
     n_runs: int = 50_000
     n_pilot: int | None = None
     n_screen: int = 1_000
@@ -117,6 +125,21 @@ class AuditConfig:
                 "released centres are unbounded, so no row lies outside every footprint "
                 "(docs/privacy-accounting.md §12)."
             )
+        if self.noise not in ("plain", "secure"):
+            raise ValueError(f"noise must be 'plain' or 'secure'; got {self.noise!r}.")
+        gf = self.grid_factor
+        if isinstance(gf, bool) or not isinstance(gf, numbers.Integral) or int(gf) < 1:
+            raise ValueError(f"grid_factor must be an int >= 1; got {gf!r}.")
+        if self.noise == "secure":
+            if self.method == "naive" or (self.method == "brace" and self.release != "count"):
+                raise ValueError("noise='secure' supports the count release, global and "
+                                 f"endpoint; got method={self.method!r}, "
+                                 f"release={self.release!r}.")
+            if self.noise_scale_factor != 1.0 or self.gamma is not None:
+                raise ValueError("noise='secure' takes neither noise_scale_factor nor gamma "
+                                 "(use grid_factor for its broken variant).")
+        elif gf != 1:
+            raise ValueError("grid_factor is for noise='secure'.")
         gamma = self.gamma
         if gamma is not None and self.release == "count":
             raise ValueError("gamma does not apply to release='count' (no smooth bound).")
@@ -151,6 +174,7 @@ class AuditConfig:
             kappa=check_nonnegative("kappa", self.kappa, allow_inf=True),
             gamma=gamma,
             noise_scale_factor=check_positive("noise_scale_factor", self.noise_scale_factor),
+            grid_factor=int(gf),
             n_runs=n_runs,
             n_pilot=n_pilot,
             n_screen=check_int_at_least("n_screen", self.n_screen, 10),
@@ -181,8 +205,14 @@ class AuditConfig:
             base += ", far pair: charged eps 0"
         elif self.pair == "near":
             base += ", near pair: charged = claimed"
+        if self.noise == "secure":
+            base += " [secure]"
         if self.noise_scale_factor != 1.0:
             base += f", std x{_fmt_num(self.noise_scale_factor)} (BROKEN on purpose)"
+        if self.grid_factor != 1:
+            gf = int(self.grid_factor)
+            times = f"2^{gf.bit_length() - 1}" if gf & (gf - 1) == 0 else str(gf)
+            base += f", grid x{times} (BROKEN on purpose)"
         return base
 
     @property
@@ -196,7 +226,8 @@ class AuditConfig:
     @property
     def is_private(self) -> bool:
         """Does the configuration *claim* (ε, δ)-DP? (False for naive and broken noise.)"""
-        return self.method in PRIVATE_METHODS and self.noise_scale_factor >= 1.0
+        return (self.method in PRIVATE_METHODS and self.noise_scale_factor >= 1.0
+                and self.grid_factor == 1)
 
 
 def _single_query(query: Any, dim: int) -> np.ndarray:

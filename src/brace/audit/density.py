@@ -11,8 +11,15 @@ import numpy as np
 
 from .. import accounting as _accounting
 from .._validation import check_bank
-from ..mechanisms import NotPrivateWarning, certificate, endpoint_sensitivity, private_retrieve
+from ..mechanisms import (
+    NotPrivateWarning,
+    certificate,
+    endpoint_sensitivity,
+    global_sensitivity,
+    private_retrieve,
+)
 from ..memory import LSRMemory
+from ..secure import rounded_units, step_params
 from ..sensitivity import Numerics, proposed_units
 from .config import AuditConfig, _single_query
 
@@ -52,9 +59,13 @@ def _sample(mem: LSRMemory, setup: _Setup, n: int, rng: np.random.Generator) -> 
     d = setup.dim
     count = cfg.release == "count"
     out = np.empty((n, setup.releases, d + count))
+    secure = cfg.noise == "secure"
     for b0 in range(0, n, cfg.batch_size):
         m = min(cfg.batch_size, n - b0)
-        xi = rng.standard_normal((m, setup.releases, d))
+        # secure mode draws its own exact noise from the OS (no innovations, no seed)
+        xi = None if secure else rng.standard_normal((m, setup.releases, d))
+        extra = (dict(noise="secure", _grid_factor=cfg.grid_factor) if secure else
+                 dict(seed=rng, _innovations=cfg.noise_scale_factor * xi))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", NotPrivateWarning)  # labelled "NOT DP" in output
             res = private_retrieve(
@@ -63,7 +74,7 @@ def _sample(mem: LSRMemory, setup: _Setup, n: int, rng: np.random.Generator) -> 
                 gamma=setup.spent.gamma if cfg.method == "brace" and not count else None,
                 accounting=cfg.accounting, output_projection=cfg.output_projection,
                 release=cfg.release,
-                seed=rng, _innovations=cfg.noise_scale_factor * xi,
+                **extra,
             )
         if res.privacy.rho_per_step != setup.spent.rho_per_step:  # pragma: no cover
             raise RuntimeError("audit: the mechanism's calibration differs from the model's.")
@@ -97,9 +108,56 @@ def _count_log_density(mem: LSRMemory, setup: _Setup, outputs: np.ndarray) -> np
     return out
 
 
+def _secure_log_density(mem: LSRMemory, setup: _Setup, outputs: np.ndarray) -> np.ndarray:
+    """``log p_D`` of a secure release (``docs/privacy-accounting.md`` §13), exactly, up to a
+    constant shared by all banks: step ``t`` releases ``g_t·(u_t(D) + Z)``, ``Z ~ N_Z(0,
+    σ_t²)^d``, with the public grid ``g_t`` and ``σ_t² = t·m`` of the public sensitivity
+    (the count release's ``b_t`` of ``m̃_t``, global's ``2r + σ_y``, the endpoint's), so
+    ``Σ_t −‖Y_t/g_t − u_t(D)‖²/(2σ_t²)`` (the normalisers are the same for every bank),
+    plus ``−ε_c|m̃_t − m_t(D)|`` for the noisy counts. ``u_t(D)`` is the rounded gate mean
+    (or clean endpoint), coarsened as the mechanism does for ``grid_factor`` > 1."""
+    cfg, sp = setup.cfg, setup.spent
+    count = cfg.release == "count"
+    n, R, width = outputs.shape
+    d = width - count
+    r, T = mem.radius_, cfg.steps
+    rho = sp.rho_per_step
+    Y = outputs[:, :, :d]
+    q = np.repeat(setup.q, n, axis=0)
+
+    def gauss(pre: np.ndarray, sens: np.ndarray, y: np.ndarray) -> np.ndarray:
+        g, t, m = step_params(np.broadcast_to(sens, (pre.shape[0],)), rho, r, d)
+        u = rounded_units(pre, g, cfg.grid_factor, q[: pre.shape[0]])
+        k = y / g[:, None]
+        diff = k - u
+        return -np.einsum("ij,ij->i", diff, diff) / (2.0 * t.astype(np.float64) * m)
+
+    if cfg.method == "endpoint":
+        mu = mem.retrieve(setup.q, T)[:, -1]
+        sens = endpoint_sensitivity(mem.n_memories, r, T, setup.q)
+        return gauss(np.repeat(mu, n, axis=0), np.repeat(sens, n), Y[:, 0])
+    num = Numerics(mem.n_memories, d, r, T)
+    out = np.zeros(n)
+    for t in range(T):
+        y = q if t == 0 else np.ascontiguousarray(Y[:, t - 1])
+        gp = mem.gate_pass(y)
+        a = gp.means(y)
+        sig = num.slack(np.abs(y).max(axis=1))
+        if count:
+            counts = outputs[:, t, d]
+            sens = num.value(proposed_units(num, counts, sp.count_margin, sig))
+            out -= sp.eps_count * np.abs(counts - gp.counts)
+        else:
+            sens = global_sensitivity(mem.n_memories, r, T, y)
+        out += gauss(a, sens, Y[:, t])
+    return out
+
+
 def _log_density(mem: LSRMemory, setup: _Setup, outputs: np.ndarray) -> np.ndarray:
     """``log p_D(Y)`` up to a constant shared by all banks, one value per row of ``outputs``."""
     cfg = setup.cfg
+    if cfg.noise == "secure":
+        return _secure_log_density(mem, setup, outputs)
     if cfg.release == "count":
         return _count_log_density(mem, setup, outputs)
     n, R, d = outputs.shape

@@ -22,8 +22,9 @@ __all__ = ["ReportConfig", "report_bank", "report_cases", "report", "format_repo
 class ReportConfig:
     """The standard audit report: BRACE (κ ∈ {0, 128}; the gate-size γ; the count release),
     global, endpoint at ε ∈ {1, 4} and the naive baseline, on small banks in d ∈ {1, 2},
-    plus local accounting's far and near pairs (``local_pairs``) and broken-noise
-    self-checks (global and the count release, std halved)."""
+    the count release with secure noise at ε = 4, plus local accounting's far and near
+    pairs (``local_pairs``) and broken-noise self-checks (global and the count release,
+    std halved; secure global with a grid 2^23× coarser than accounted)."""
 
     n_runs: int = 100_000
     steps: int = 2
@@ -85,7 +86,24 @@ def report_cases(rc: ReportConfig) -> list[tuple[int, AuditConfig]]:
             noise_scale_factor=0.5, n_runs=rc.n_runs, n_screen=rc.n_screen,
             alpha=rc.alpha, seed=rc.seed, **extra,
         )))
+    # secure mode (docs/privacy-accounting.md §13): the count release, at the largest ε
+    for d in rc.dims:
+        cases.append((d, AuditConfig(
+            method="brace", release="count", noise="secure", epsilon=max(rc.epsilons),
+            delta=rc.delta, steps=rc.steps, radius=rc.radius, n_runs=rc.n_runs,
+            n_screen=rc.n_screen, alpha=rc.alpha, seed=rc.seed,
+        )))
+    # secure mode's self-check: a pre-noise point rounded to a grid 2^23 times coarser
+    # than the sensitivity accounts for (about 8 noise stds) must be caught
+    cases.append((rc.dims[0], AuditConfig(
+        method="global", noise="secure", grid_factor=SECURE_BROKEN_GRID,
+        epsilon=min(rc.epsilons), delta=rc.delta, steps=1, radius=rc.radius,
+        n_runs=rc.n_runs, n_screen=rc.n_screen, alpha=rc.alpha, seed=rc.seed,
+    )))
     return cases
+
+
+SECURE_BROKEN_GRID = 2**23  # the secure self-check's grid, in units of the accounted grid
 
 
 def report(rc: ReportConfig = ReportConfig(), *, progress: bool = True) -> dict:

@@ -25,7 +25,7 @@ __all__ = ["add_parser"]
 _SINGLE_ONLY = ("bank", "query", "method", "epsilon", "steps", "beta", "radius", "kappa",
                 "gamma", "accounting", "release_mode", "noise_scale_factor", "pilot_runs",
                 "replace_row",
-                "replace_value")
+                "replace_value", "noise")
 
 
 def add_parser(sub) -> None:
@@ -52,6 +52,9 @@ def add_parser(sub) -> None:
     p.add_argument("--noise-scale-factor", type=finite_float, default=None,
                    help="multiply the noise std (e.g. 0.5: a deliberately broken mechanism; "
                    "default 1)")
+    p.add_argument("--noise", choices=("plain", "secure"), default=None,
+                   help="the mechanism's sampling: plain (default) or secure (exact discrete "
+                   "noise on the public grid, OS randomness: not reproducible from --seed)")
     p.add_argument("--replace-row", type=int, default=None,
                    help="audit only the neighbour with this row replaced (default: search "
                    "for the most distinguishable pair)")
@@ -141,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
         accounting=accounting,
         release="count" if plan.release == "count" else "smooth",
         noise_scale_factor=1.0 if args.noise_scale_factor is None else args.noise_scale_factor,
+        noise=args.noise or "plain",
         n_runs=args.runs if args.runs is not None else AuditConfig.n_runs,
         n_pilot=args.pilot_runs, n_screen=args.screen_runs, alpha=args.alpha, seed=args.seed,
     )

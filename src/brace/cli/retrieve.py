@@ -40,7 +40,12 @@ def add_parser(sub) -> None:
         "sensitivity): data-dependent and NOT covered by epsilon",
     )
     p.add_argument("--seed", type=int, default=None,
-                   help="seed of the noise (default: fresh OS entropy, not reproducible)")
+                   help="seed of the noise (default: fresh OS entropy, not reproducible; "
+                   "refused with --noise secure)")
+    p.add_argument("--noise", choices=("plain", "secure"), default="plain",
+                   help="plain (default): numpy noise in floating point, seedable; secure: "
+                   "exact discrete noise on a public grid, every bit from the OS CSPRNG, no "
+                   "seed (count release, global, endpoint; docs/deploying.md)")
     p.add_argument("--ledger", default=None,
                    help="privacy ledger file (create it first with 'brace ledger init'): "
                    "charge the release to its budget; refused if it does not fit "
@@ -89,6 +94,13 @@ def run(args: argparse.Namespace) -> int:
     )
     check_steps(args.steps)  # before any work (and before a progress bar is shown)
     private = args.method != "none"
+    if args.noise == "secure" and not private:
+        raise ValueError("--noise secure is for the private methods; --method none adds no "
+                         "noise.")
+    if args.noise == "secure" and args.seed is not None:
+        raise ValueError("--seed is refused with --noise secure: every random bit comes from "
+                         "the operating system's CSPRNG, so that no seed can regenerate the "
+                         "noise.")
     if args.ledger is not None:
         if not private:
             raise ValueError("--method none (the noiseless trajectory, NOT private) cannot "
@@ -124,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             kw = dict(kappa=args.kappa, gamma=args.gamma, accounting=args.accounting,
                       release=args.release_mode,
-                      output_projection=not args.no_output_projection)
+                      output_projection=not args.no_output_projection, noise=args.noise)
             n_queries = 1 if np.ndim(queries) == 1 else len(queries)
             progress, close = _progress_bar(args.steps, n_queries)
             try:

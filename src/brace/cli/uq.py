@@ -35,7 +35,11 @@ def add_parser(sub) -> None:
                    "instead of running a new one; its queries, steps and mechanism are used "
                    "(default: run a new release)")
     p.add_argument("--seed", type=int, default=None,
-                   help="seed of the noise and bootstrap (default: fresh OS entropy)")
+                   help="seed of the noise and bootstrap (default: fresh OS entropy; with "
+                   "--noise secure it seeds the analysis only)")
+    p.add_argument("--noise", choices=("plain", "secure"), default="plain",
+                   help="noise of a new release: plain (default) or secure (exact, OS "
+                   "randomness, no seed; docs/deploying.md)")
     p.add_argument("--level", type=finite_float, default=0.95, help="1 - α, in (0, 1)")
     p.add_argument("--sampling", choices=["delta", "bootstrap"], default="delta",
                    help="sampling part: delta method or bootstrap")
@@ -138,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
                 steps=args.steps, kappa=args.kappa, gamma=args.gamma,
                 release=args.release_mode,
                 accounting=args.accounting, output_projection=not args.no_output_projection,
-                seed=rng,
+                seed=None if args.noise == "secure" else rng, noise=args.noise,
             )
         uq = analyze(mem, res, queries, sampling=args.sampling, privacy=args.privacy,
                      n_boot=args.n_boot, n_sim=args.n_sim, bandwidth=args.bandwidth, seed=rng)

@@ -170,7 +170,9 @@ def _simulate_release(
                 memory, np.repeat(q, mm, axis=0), method=res.method, epsilon=priv.epsilon,
                 delta=priv.delta, steps=int(params["steps"]), kappa=recorded_kappa(params),
                 gamma=gamma, release=release, accounting=priv.accounting,
-                output_projection=params.get("output_projection", True), seed=rng,
+                output_projection=params.get("output_projection", True),
+                # secure noise (its own plan, no seed): simulated as released
+                **({"noise": "secure"} if params.get("noise") == "secure" else {"seed": rng}),
             )
         if not math.isclose(sim.privacy.rho_per_step, priv.rho_per_step, rel_tol=1e-9):
             raise ValueError(
