@@ -206,7 +206,7 @@ def spend_run(W: Workload, wi: int, accounting: str, total: int, cfg: Config,
                 f"({points[-1]['seconds']:.0f} s)")
     return {"points": points, "refusal": refusal, "seconds": time.perf_counter() - t0,
             "release": release,
-            "filter_orders": [float(a) for a in brace.filter.ORDERS[list(pm.filter.orders)]]}
+            "filter_orders": [float(a) for a in brace.accounting.filter.ORDERS[list(pm.filter.orders)]]}
 
 
 def budget_run(W: Workload, wi: int, accounting: str, total: int, cfg: Config,
@@ -242,7 +242,7 @@ def budget_run(W: Workload, wi: int, accounting: str, total: int, cfg: Config,
     out = {"answered": done, "capped": refusal is None, "refusal": refusal,
            "first_refused_call_at": first, "calls_split": singles,
            "spent": pm.spent, "filter_usage": pm.filter_usage,
-           "filter_orders": [float(a) for a in brace.filter.ORDERS[list(pm.filter.orders)]],
+           "filter_orders": [float(a) for a in brace.accounting.filter.ORDERS[list(pm.filter.orders)]],
            "seconds": time.perf_counter() - t0}
     log(f"    {W.name} {accounting} budget {BUDGET}: answered {done}"
         f"{' (cap)' if refusal is None else ''}, spent {out['spent']:.4g} "
