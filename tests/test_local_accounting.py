@@ -13,7 +13,13 @@ import pytest
 from brace import BudgetExceededError, LSRMemory, PrivateMemory, private_retrieve
 from brace.accounting import CountedGaussianStep, GaussianStep, RdpAccountant
 from brace.accounting.filter import ORDERS, FilterSpec, FootprintIndex, K, convert, event_weights
-from brace.footprints import CLEAN_MARGIN, GATE_MARGIN, footprints, reserved_radius
+from brace.footprints import (
+    CLEAN_MARGIN,
+    GATE_MARGIN,
+    footprints,
+    reserved_radius,
+    reserved_steps,
+)
 from brace.plan import plan_release
 
 R = 0.8
@@ -130,6 +136,11 @@ def test_reserved_balls_hold_every_footprint():
         rr = reserved_radius(plan, q)
         dist = np.linalg.norm(fp.centres - q[fp.query], axis=1)
         assert np.all(dist + fp.radii <= rr[fp.query]), case
+        steps = reserved_steps(plan, q)  # one ball per step, in the same order
+        np.testing.assert_array_equal(steps.query, fp.query)
+        np.testing.assert_array_equal(steps.step, fp.step)
+        gap = np.linalg.norm(fp.centres - steps.centres, axis=1)
+        assert np.all(gap + fp.radii <= steps.radii * (1 + 1e-12)), case
         per_query = 1 if case["method"] == "endpoint" else 4
         assert len(fp) == 6 * per_query
 

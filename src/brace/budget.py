@@ -32,7 +32,7 @@ from . import accounting as acc_events
 from . import ledger as _ledger
 from ._validation import check_delta, check_epsilon, check_queries, check_steps
 from .accounting.filter import ROUNDING, FilterSpec, FootprintIndex, K, convert, event_weights
-from .footprints import footprints, reserved_radius
+from .footprints import footprints, reserved_radius, reserved_steps
 from .mechanisms import (
     DIAGNOSTIC_FIELDS,
     PRIVATE_METHODS,
@@ -405,9 +405,9 @@ class PrivateMemory:
         if not fresh and key in self._keys:
             return self._repeat(self._keys[key], q)
         step_w = _weights(plan.spent.step_event)
-        per_query = plan.releases
-        reserved = (q, reserved_radius(plan, q),
-                    np.broadcast_to(step_w * per_query, (q.shape[0], K + 1)))
+        res_fp = reserved_steps(plan, q)  # a public ball per step, before the bank is read
+        reserved = (res_fp.centres, res_fp.radii,
+                    np.broadcast_to(step_w, (len(res_fp), K + 1)))
         worst = self._worst((reserved,), admission=True)
         if not self._filter.admits(worst):
             self._refuse(worst, reserved[2], plan, q, T, eps, dlt, method)
@@ -505,11 +505,11 @@ class PrivateMemory:
         """The largest share ``c ∈ [0, 1]`` of the call's reserved weight that the filter
         admits now (bisection), and about what per-query ε that is (the Gaussian
         conversion of ``c`` times the query's zCDP cost at the call's δ)."""
-        radius = reserved_radius(plan, q)
+        res_fp = reserved_steps(plan, q)
 
         def fits(c: float) -> bool:
-            return self._filter.admits(
-                self._worst(((q, radius, reserved_w * c),), admission=True))
+            return self._filter.admits(self._worst(
+                ((res_fp.centres, res_fp.radii, reserved_w * c),), admission=True))
 
         lo, hi = 0.0, 1.0
         for _ in range(14):

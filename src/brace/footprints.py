@@ -38,7 +38,8 @@ from ._runners import may_correct
 from .plan import ReleasePlan
 from .sensitivity import SLACK_MAX_REL, Numerics
 
-__all__ = ["Footprints", "GATE_MARGIN", "CLEAN_MARGIN", "footprints", "reserved_radius"]
+__all__ = ["Footprints", "GATE_MARGIN", "CLEAN_MARGIN", "footprints", "reserved_radius",
+           "reserved_steps"]
 
 GATE_MARGIN = 1e-8  # ≥ (d + 3)u for every dimension the certificate accepts (d ≲ 10^5)
 CLEAN_MARGIN = 2.0 * SLACK_MAX_REL  # covers r⁺ + σ per clean step and the near margin τ
@@ -75,6 +76,30 @@ def reserved_radius(plan: ReleasePlan, queries: np.ndarray) -> np.ndarray:
     if not plan.output_projection:
         return np.full(q.shape[0], math.inf)
     return np.full(q.shape[0], (T + 1) * r * (1.0 + CLEAN_MARGIN))
+
+
+def reserved_steps(plan: ReleasePlan, queries: np.ndarray) -> Footprints:
+    """A public ball per future released step that holds its footprint, before anything is
+    computed: step 1 of a non-correcting iterative release reads the gate of ``Y_0 = q``
+    (exactly its footprint); step ``t ≥ 2`` a gate around ``Y_{t−1} ∈ B̄(q, tr)`` (the
+    projection), within ``(t+1)·r·(1 + CLEAN_MARGIN)`` of ``q``; a correcting step, within
+    the same radius; the endpoint release, :func:`reserved_radius`; without the
+    projection, everything (∞)."""
+    q = np.asarray(queries, dtype=np.float64)
+    Q, d = q.shape
+    if plan.method == "endpoint" or not plan.output_projection:
+        rr = reserved_radius(plan, q)
+        k = 1 if plan.method == "endpoint" else plan.steps
+        return Footprints(np.repeat(q, k, axis=0), np.repeat(rr, k), np.repeat(np.arange(Q), k),
+                          np.tile(np.arange(1, k + 1), Q))
+    T, r = plan.steps, plan.radius
+    t = np.arange(1, T + 1, dtype=np.float64)
+    radii = (t + 1.0) * r * (1.0 + CLEAN_MARGIN)
+    num, qscale = _num(plan, q)
+    if not may_correct(plan, qscale, num):
+        radii[0] = r * (1.0 + GATE_MARGIN)  # the gate of the public query itself
+    return Footprints(np.repeat(q, T, axis=0), np.tile(radii, Q), np.repeat(np.arange(Q), T),
+                      np.tile(np.arange(1, T + 1), Q))
 
 
 def footprints(plan: ReleasePlan, queries: np.ndarray, outputs: np.ndarray) -> Footprints:
