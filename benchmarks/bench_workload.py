@@ -182,6 +182,13 @@ def _seed(cfg: Config, w: int, s: int, e: int) -> np.random.SeedSequence:
     return np.random.SeedSequence([cfg.seed, w, s, e])
 
 
+
+def _orders(pm: Any) -> list[float]:
+    """The Rényi orders of the budget's filter."""
+    from brace.accounting.filter import ORDERS
+
+    return [float(a) for a in ORDERS[list(pm.filter.orders)]]
+
 def spend_run(W: Workload, wi: int, accounting: str, total: int, cfg: Config,
               log: Any) -> dict:
     """Total ε at δ = 1e-5 after each grid point (a budget that refuses nothing but a
@@ -206,7 +213,7 @@ def spend_run(W: Workload, wi: int, accounting: str, total: int, cfg: Config,
                 f"({points[-1]['seconds']:.0f} s)")
     return {"points": points, "refusal": refusal, "seconds": time.perf_counter() - t0,
             "release": release,
-            "filter_orders": [float(a) for a in brace.accounting.filter.ORDERS[list(pm.filter.orders)]]}
+            "filter_orders": _orders(pm)}
 
 
 def budget_run(W: Workload, wi: int, accounting: str, total: int, cfg: Config,
@@ -242,7 +249,7 @@ def budget_run(W: Workload, wi: int, accounting: str, total: int, cfg: Config,
     out = {"answered": done, "capped": refusal is None, "refusal": refusal,
            "first_refused_call_at": first, "calls_split": singles,
            "spent": pm.spent, "filter_usage": pm.filter_usage,
-           "filter_orders": [float(a) for a in brace.accounting.filter.ORDERS[list(pm.filter.orders)]],
+           "filter_orders": _orders(pm),
            "seconds": time.perf_counter() - t0}
     log(f"    {W.name} {accounting} budget {BUDGET}: answered {done}"
         f"{' (cap)' if refusal is None else ''}, spent {out['spent']:.4g} "
