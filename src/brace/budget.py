@@ -18,12 +18,14 @@ for new noise and pays).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import math
 import os
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -256,22 +258,18 @@ class PrivateMemory:
         return np.array([convert(c, self._budget[1]) for c in cost])
 
     # ----------------------------------------------------------------------------------
-    def _locked(self):
-        lock = self._lock
-        timeout = self._lock_timeout
-
-        class _Ctx:
-            def __enter__(self_inner):
-                if not lock.acquire(timeout=timeout if timeout > 0 else -1):
-                    raise _ledger.LedgerLockTimeout(
-                        f"could not acquire the PrivateMemory's lock within {timeout:g} s: "
-                        "another thread of this process holds it.")
-
-            def __exit__(self_inner, *exc):
-                lock.release()
-                return False
-
-        return _Ctx()
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The object's lock (threads), waiting at most ``lock_timeout`` seconds."""
+        t = self._lock_timeout
+        if not self._lock.acquire(timeout=t if t > 0 else -1):
+            raise _ledger.LedgerLockTimeout(
+                f"could not acquire the PrivateMemory's lock within {t:g} s: another "
+                "thread of this process holds it.")
+        try:
+            yield
+        finally:
+            self._lock.release()
 
     def _check_binding(self, meta: dict[str, Any]) -> None:
         fp = meta["fingerprint"]
@@ -301,31 +299,23 @@ class PrivateMemory:
         rows = self._db.read_since(self._last_id, self._last_mac)
         if not rows:
             return
-        # one bulk update of the index (a KD-tree proposes the neighbours of many rows)
-        cs, rs, ws = [], [], []
-        for row in rows:
-            self._keys.setdefault(row.call_key, len(self._rows))
-            self._rows.append(row.record)
-            w = _weights(_ledger.event_from_dict(row.record["event"]))
-            cs.append(row.centres)
-            rs.append(row.radii)
-            ws.append(np.broadcast_to(w, (row.radii.shape[0], K + 1)))
-        self._index.add(np.concatenate(cs), np.concatenate(rs), np.concatenate(ws),
-                        local=self._accounting == "local")
-        self._worst_cache = None
+        self._absorb([(r.record, r.call_key, r.centres, r.radii) for r in rows])
         self._last_id = rows[-1].id
         self._last_mac = self._db.meta["head"]["mac"]
 
-    def _absorb(self, record: dict[str, Any], call_key: str, centres: np.ndarray,
-                radii: np.ndarray, outputs: np.ndarray | None,
-                counts: np.ndarray | None) -> None:
-        ev = _ledger.event_from_dict(record["event"])
-        w = _weights(ev)
-        k = radii.shape[0]
-        self._index.add(centres, radii, np.broadcast_to(w, (k, K + 1)),
+    def _absorb(self, rows: list[tuple[dict[str, Any], str, np.ndarray, np.ndarray]]
+                ) -> None:
+        """Record releases ``(record, call key, footprint centres, radii)`` in memory: one
+        bulk update of the footprint index (a KD-tree proposes neighbours in bulk)."""
+        ws = []
+        for record, key, _, radii in rows:
+            self._keys.setdefault(key, len(self._rows))
+            self._rows.append(record)
+            w = _weights(_ledger.event_from_dict(record["event"]))
+            ws.append(np.broadcast_to(w, (radii.shape[0], K + 1)))
+        self._index.add(np.concatenate([r[2] for r in rows]),
+                        np.concatenate([r[3] for r in rows]), np.concatenate(ws),
                         local=self._accounting == "local")
-        self._keys.setdefault(call_key, len(self._rows))
-        self._rows.append(record)
         self._worst_cache = None
 
     def _worst_now(self) -> np.ndarray:
@@ -436,33 +426,26 @@ class PrivateMemory:
                                   released_counts=counts, centres=fp.centres,
                                   radii=fp.radii)
             record = row.record
-        self._absorb(record, key, fp.centres, fp.radii, res.outputs, counts)
+        self._absorb([(record, key, fp.centres, fp.radii)])
+        out = dataclasses.replace(res, **dict.fromkeys(DIAGNOSTIC_FIELDS))
         if self._db is not None:
             self._last_id, self._last_mac = row.id, self._db.meta["head"]["mac"]
-        out = dataclasses.replace(res, **dict.fromkeys(DIAGNOSTIC_FIELDS))
-        self._results[len(self._rows) - 1] = out
+        else:  # in memory, the object is the only record of the outputs (for repeats)
+            self._results[len(self._rows) - 1] = out
         return out
 
     def _repeat(self, pos: int, q: np.ndarray) -> PrivateRetrievalResult:
-        got = self._results.get(pos)
-        if got is not None:
-            return got
-        rec = self._rows[pos]
-        rows = self._db._conn.execute(
-            "SELECT outputs, counts FROM releases WHERE id = ?", (pos + 1,)).fetchone()
-        Q, d = rec["queries"], rec["dim"]
-        T = 1 if rec["method"] == "endpoint" else rec["steps"]
-        outputs = np.frombuffer(rows[0], dtype=np.float64).reshape(Q, T, d).copy()
-        counts = None if rows[1] is None else np.frombuffer(
-            rows[1], dtype=np.int64).reshape(Q, T).copy()
+        """The recorded release at ``pos`` (post-processing: free)."""
+        if self._db is None:
+            return self._results[pos]
         from .accounting import PrivacySpent
 
-        res = PrivateRetrievalResult(
+        rec = self._rows[pos]
+        outputs, counts = self._db.arrays(pos + 1)
+        return PrivateRetrievalResult(
             method=rec["method"], is_private=True, outputs=outputs,
             privacy=PrivacySpent.from_dict(rec["privacy"]), params=dict(rec["params"]),
             queries=q.copy(), released_counts=counts, **dict.fromkeys(DIAGNOSTIC_FIELDS))
-        self._results[pos] = res
-        return res
 
     def _refuse(self, worst, reserved_w, plan, q, T, eps, dlt, method) -> None:
         b_eps, b_delta = self._budget

@@ -532,11 +532,17 @@ class Ledger:
                           released_counts, np.asarray(centres, np.float64),
                           np.asarray(radii, np.float64))
 
-    def find_repeat(self, call_key: str) -> int | None:
-        """The id of the first release with this call key, or None."""
-        row = self._conn.execute("SELECT MIN(id) FROM releases WHERE call_key = ?",
-                                 (call_key,)).fetchone()
-        return None if row is None or row[0] is None else int(row[0])
+    def arrays(self, rid: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """The released outputs and noisy counts of release ``rid``, validated (its chain
+        was verified when :meth:`read_since` read it)."""
+        row = self._conn.execute(
+            "SELECT id, time, call_key, record, outputs, counts, centres, radii, mac "
+            "FROM releases WHERE id = ?", (rid,)).fetchone()
+        if row is None:
+            raise LedgerError(f"ledger {self.path}: release {rid} is missing.")
+        parsed = self._parse_row(row)
+        return parsed.outputs, parsed.released_counts
+
 
 
 def _reject_constant(name: str) -> float:

@@ -448,17 +448,3 @@ def _same_rows(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     j = order[np.concatenate([np.arange(s0, s1) for s0, s1 in zip(lo, hi, strict=True)])
                if cnt.sum() else np.zeros(0, dtype=np.int64)]
     return i, j.astype(np.int64)
-
-
-def _meets_pairs(ca: np.ndarray, ra: np.ndarray, cb: np.ndarray, rb: np.ndarray
-                 ) -> np.ndarray:
-    """:func:`_meets` for aligned pairs of balls (rows of ``ca`` with rows of ``cb``)."""
-    d = ca.shape[1]
-    na = np.einsum("ij,ij->i", ca, ca)
-    nb = np.einsum("ij,ij->i", cb, cb)
-    d2 = na + nb - 2.0 * np.einsum("ij,ij->i", ca, cb)
-    band = 8.0 * (d + 4) * np.finfo(np.float64).eps * (na + nb) + 1e-300
-    s = ra + rb
-    with np.errstate(invalid="ignore", over="ignore"):
-        lim = s * s * (1.0 + 1e-12)
-    return (d2 - band <= lim) | ~np.isfinite(s)
