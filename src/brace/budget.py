@@ -73,7 +73,8 @@ from .synopsis import (
     cell_sensitivity,
     cell_sums,
     cell_unit,
-    merge_endpoints,
+    default_min_count,
+    next_centres,
     public_seeds,
 )
 
@@ -670,30 +671,35 @@ class PrivateMemory:
             if res.privacy.rho_per_step != plan.spent.rho_per_step or not res.is_private:
                 raise RuntimeError("snapshot: the release was not calibrated as priced.")
             Y = res.outputs[:, -1]
-            labels, reps = merge_endpoints(Y, mr)
-            centres, sigma = Y[reps], sens / math.sqrt(2.0 * rho_cell)
+            # round 1's centres: every endpoint and every (public) seed; the release's
+            # cost does not grow with the number of cells, and merging noisy endpoints
+            # first can chain clusters
+            centres = np.unique(np.concatenate([Y, S]), axis=0)
+            sigma = sens / math.sqrt(2.0 * rho_cell)
+            groups = centres.shape[0]
             released = []
             for _ in range(R):  # each round: one Gaussian release over disjoint cells
                 cnt, sums, _ = cell_sums(self.bank, centres, r)
                 noisy = np.concatenate([sums, r * cnt[:, None]], axis=1) + sigma * \
                     rng.standard_normal((centres.shape[0], self._dim + 1))
                 released.append((centres, noisy))
-                m = noisy[:, -1] / r
-                step = noisy[:, :-1] / np.maximum(m, 1.0)[:, None]
-                norm = np.linalg.norm(step, axis=1, keepdims=True)
-                centres = centres + step * np.minimum(1.0, r / np.maximum(norm, 1e-300))
+                thr = (default_min_count(sigma / r, centres.shape[0]) if min_count is None
+                       else float(min_count))
+                centres, counts = next_centres(centres, noisy, r, mr, thr)
             key = _call_key(S, T, eps_q, dlt, method, plan, kw)
             fp = footprints(plan, S, res.outputs)
             rows = [(self._record(method, S, T, eps_q, dlt, plan, res), key, fp.centres,
                      fp.radii, res.outputs, getattr(res, "released_counts", None))]
             for i, (c, v) in enumerate(released):
                 rows.append(({
-                    "method": _ledger.CELLS_METHOD, "queries": int(c.shape[0]), "steps": 1,
+                    # outputs (k, 2, d): each cell's centre and noisy offset sum
+                    "method": _ledger.CELLS_METHOD, "queries": int(c.shape[0]), "steps": 2,
                     "dim": self._dim, "epsilon": convert(cell_w, b_delta),
                     "delta": b_delta, "release": "cells",
                     "event": _ledger.event_to_dict(acc_events.GaussianStep(rho_cell)),
                     "params": {"radius": r, "sensitivity": sens, "unit": unit,
-                               "round": i + 1, "of": key}, "privacy": {},
+                               "round": i + 1, "of": key,
+                               "noisy_counts": (v[:, -1] / r).tolist()}, "privacy": {},
                 }, f"cells:{key}:{len(self._rows)}:{i}", hc[None], np.array([hr]),
                     np.concatenate([c[:, None, :], v[:, None, :-1]], axis=1),
                     None))
@@ -711,8 +717,14 @@ class PrivateMemory:
                     res, **dict.fromkeys(DIAGNOSTIC_FIELDS))
             cost = convert(weights(plan.spent.step_event) * (S.shape[0] * T) + cell_w * R,
                            b_delta)
-        return _synopsis(self, S, Y, labels, released[-1][1], centres, sigma, min_count,
-                         mr, cost, eps_q, dlt, rho_cell, plan, T, R, seed_record, kw)
+        return Synopsis(
+            attractors=centres, counts=np.rint(counts).astype(np.int64), radius=r, seeds=S,
+            endpoints=Y, epsilon=cost, delta=b_delta, seed_epsilon=eps_q, seed_delta=dlt,
+            cell_rho=rho_cell,
+            params={"method": method, "release": plan.release, "steps": T, "rounds": R,
+                    "seeds": int(S.shape[0]), "groups": int(groups), "merge_radius": mr,
+                    "min_count": thr, "count_std": sigma / r, "accounting": self._accounting,
+                    "seed": seed_record, **{k_: repr(v) for k_, v in kw.items()}})
 
     def __repr__(self) -> str:
         eps, delta = self._budget
@@ -780,40 +792,6 @@ def _cells_radius(S: np.ndarray, T: int, R: int, r: float) -> float:
     spread = float(np.max(np.linalg.norm(S - c, axis=1)))
     return (spread + (T + 1) * r * (1.0 + CLEAN_MARGIN) + (R - 1) * r * (1.0 + 1e-12)
             + r * (1.0 + GATE_MARGIN)) * (1.0 + GATE_MARGIN)
-
-
-def _synopsis(pm: PrivateMemory, S, Y, labels, last, centres, sigma, min_count, mr, cost,
-              eps_q, dlt, rho_cell, plan, T, R, seed_record, kw) -> Synopsis:
-    """Post-processing of a snapshot's releases into a :class:`Synopsis`: the last
-    round's centres and noisy counts, pruned by ``min_count`` and merged again."""
-    r = pm.radius
-    counts = last[:, -1] / r
-    k = counts.shape[0]
-    thr = (sigma / r) * math.sqrt(2.0 * math.log(4.0 * k)) if min_count is None \
-        else float(min_count)
-    keep = counts >= thr
-    keep[int(np.argmax(counts))] = True
-    kept = np.flatnonzero(keep)
-    lab2, rep2 = merge_endpoints(centres[kept], mr)  # cells that converged together
-    g = rep2.size
-    att = np.zeros((g, centres.shape[1]))
-    wsum = np.zeros(g)
-    wts = np.maximum(counts[kept], 1.0)
-    np.add.at(att, lab2, centres[kept] * wts[:, None])
-    np.add.at(wsum, lab2, wts)
-    att /= wsum[:, None]
-    cnt = np.zeros(g)
-    np.add.at(cnt, lab2, counts[kept])
-    cell_of = np.full(k, -1, dtype=np.int64)
-    cell_of[kept] = lab2
-    return Synopsis(
-        attractors=att, counts=np.rint(cnt).astype(np.int64), radius=r, seeds=S,
-        endpoints=Y, labels=cell_of[labels], epsilon=cost, delta=pm.budget[1],
-        seed_epsilon=eps_q, seed_delta=dlt, cell_rho=rho_cell,
-        params={"method": plan.method, "release": plan.release, "steps": T, "rounds": R,
-                "seeds": int(S.shape[0]), "groups": int(k), "merge_radius": mr,
-                "min_count": thr, "count_std": sigma / r, "accounting": pm.accounting,
-                "seed": seed_record, **{k_: repr(v) for k_, v in kw.items()}})
 
 
 def private_synopsis(bank: Any, *, epsilon: float, delta: float, seeds: Any,

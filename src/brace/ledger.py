@@ -504,7 +504,7 @@ class Ledger:
         T = 1 if rec["method"] == "endpoint" else rec["steps"]
         out = _array(outputs, np.float64, (Q, T, d), where, "outputs")
         cnt = None if counts is None else _array(counts, np.int64, (Q, T), where, "counts")
-        k = Q * T
+        k = 1 if rec["method"] == CELLS_METHOD else Q * T  # a cell round: one public ball
         c = _array(centres, np.float64, (k, d), where, "footprint centres")
         r = _array(radii, np.float64, (k,), where, "footprint radii", allow_inf=True)
         if not np.all(r > 0):

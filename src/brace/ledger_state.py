@@ -94,6 +94,11 @@ class LedgerState:
         if first > 1:
             lines.append(f"    ... {first - 1} earlier release(s) not shown")
         for i, r in enumerate(shown, first):
+            if r["method"] == _ledger.CELLS_METHOD:
+                lines.append(f"    {i:>5}. synopsis cell round {r['params'].get('round')}: "
+                             f"{plural(r['queries'], 'cell')}, one Gaussian release "
+                             f"({r['epsilon']:.4g}, {r['delta']:g})")
+                continue
             lines.append(
                 f"    {i:>5}. method={r['method']}  release={r.get('release')}  "
                 f"{plural(r['queries'], 'query', 'queries')} x "

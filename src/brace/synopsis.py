@@ -8,18 +8,16 @@ the merge of the released endpoints, the per-row histogram and the :class:`Synop
 
 The synopsis of released endpoints ``Y_s`` (one per seed ``s``):
 
-1. *Merge* (post-processing): endpoints within ``merge_radius`` of each other are joined
-   (single linkage); each group's *representative* (the member nearest to the group's
-   mean) is a first centre ``c_j``.
+1. The released endpoints are round 1's centres ``c_j``.
 2. *Cell rounds* (private releases): each bank row ``x`` joins the cell of the nearest
    centre ``c_j`` among those with ``‖x − c_j‖ ≤ r`` (none: no cell). One Gaussian
    release gives, for every cell, the sum of its rows' offsets ``x − c_j`` (rounded to
    a public grid) and ``r`` times its count. Replacing one row changes this stacked
    vector by at most ``2a ≈ 2r`` in L2, however many cells there are (the cells are
    disjoint): :func:`cell_sensitivity`. The next centre is
-   ``c_j + clip_r(sum_j / count_j)`` (post-processing).
-3. *Prune* (post-processing): cells with noisy count below ``min_count`` are dropped
-   (the largest is always kept); the rest are merged again.
+   ``c_j + clip_r(sum_j / count_j)`` for each cell whose noisy count reaches
+   ``min_count`` (the others are dropped); centres within ``merge_radius`` are then
+   merged (single linkage, count-weighted): post-processing, :func:`next_centres`.
 """
 
 from __future__ import annotations
@@ -43,11 +41,14 @@ __all__ = [
     "Synopsis",
     "cell_sensitivity",
     "cell_sums",
+    "cell_unit",
+    "default_min_count",
     "merge_endpoints",
+    "next_centres",
     "public_seeds",
 ]
 
-CELL_SHARE = 0.5  # default share of a snapshot's zCDP budget spent on the cell rounds
+CELL_SHARE = 0.8  # default share of a snapshot's zCDP budget spent on the cell rounds
 MAX_SEEDS = 1 << 14
 _TILE = 1 << 22  # entries of one (rows × cells × d) difference block of the histogram
 
@@ -170,8 +171,9 @@ def cell_sums(bank: Any, centres: np.ndarray, radius: float
     step = max(1, _TILE // max(1, k * d))
     for i in range(0, n, step):
         X = np.asarray(bank[i:i + step], dtype=np.float64)
-        diff = X[:, None, :] - C[None, :, :]
-        d2 = (diff * diff).sum(axis=2)
+        with np.errstate(over="ignore", invalid="ignore"):
+            diff = X[:, None, :] - C[None, :, :]
+            d2 = (diff * diff).sum(axis=2)
         if not np.all(np.isfinite(d2)):
             raise ValueError("a squared distance between a bank row and a centre is not "
                              "finite: the bank or the centres are out of the float64 range.")
@@ -183,6 +185,36 @@ def cell_sums(bank: Any, centres: np.ndarray, radius: float
             np.add.at(sums, j[rows], off)
             counts += np.bincount(j[rows], minlength=k)
     return counts, sums.astype(np.float64) * unit, unit
+
+
+def next_centres(centres: np.ndarray, released: np.ndarray, radius: float,
+                 merge_radius: float, min_count: float) -> tuple[np.ndarray, np.ndarray]:
+    """Post-processing of one cell round's release ``(k, d + 1)`` (noisy offset sums,
+    ``r`` × noisy count): cells with noisy count below ``min_count`` are dropped (the
+    largest is kept); each other centre moves by ``clip_r(sum / count)``; moved centres
+    within ``merge_radius`` are merged (count-weighted mean, counts added). Returns the
+    new centres and their noisy counts."""
+    r = float(radius)
+    m = released[:, -1] / r
+    keep = m >= min_count  # prune first: merging empty cells would chain them together
+    keep[int(np.argmax(m))] = True
+    m = m[keep]
+    step = released[keep, :-1] / np.maximum(m, 1.0)[:, None]
+    norm = np.linalg.norm(step, axis=1, keepdims=True)
+    moved = centres[keep] + step * np.minimum(1.0, r / np.maximum(norm, 1e-300))
+    labels, reps = merge_endpoints(moved, merge_radius)
+    g = reps.size
+    out = np.zeros((g, moved.shape[1]))
+    np.add.at(out, labels, moved * m[:, None])
+    cnt = np.zeros(g)
+    np.add.at(cnt, labels, m)
+    return out / cnt[:, None], cnt
+
+
+def default_min_count(count_std: float, cells: int) -> float:
+    """The default noisy-count threshold: ``count_std·sqrt(2·log(4k))`` for ``k`` cells
+    (an empty cell passes with probability below about ``1/(4k)``)."""
+    return count_std * math.sqrt(2.0 * math.log(4.0 * max(cells, 1)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,7 +230,7 @@ class Synopsis:
     counts : (k,) int64 their noisy memory counts (the last round's, rounded).
     radius : the memory's support radius ``r``.
     seeds : (S, d) the public seeds; ``endpoints`` (S, d) their released endpoints
-        ``Y_T``; ``labels`` (S,) the group of each endpoint (−1: its group was pruned).
+        ``Y_T``.
     epsilon, delta : what the snapshot alone costs, ε at ``delta`` (its seeds' steps and
         its cell rounds composed); ``seed_epsilon``, ``seed_delta``: the per-seed target
         of the retrieval; ``cell_rho``: the zCDP parameter of each cell round.
@@ -211,7 +243,6 @@ class Synopsis:
     radius: float
     seeds: np.ndarray
     endpoints: np.ndarray
-    labels: np.ndarray
     epsilon: float
     delta: float
     seed_epsilon: float
@@ -220,7 +251,7 @@ class Synopsis:
     params: dict[str, Any]
 
     def __post_init__(self) -> None:
-        for name in ("attractors", "counts", "seeds", "endpoints", "labels"):
+        for name in ("attractors", "counts", "seeds", "endpoints"):
             a = np.array(getattr(self, name))
             a.setflags(write=False)
             object.__setattr__(self, name, a)
@@ -262,14 +293,14 @@ class Synopsis:
         return {
             "attractors": self.attractors.tolist(), "counts": self.counts.tolist(),
             "radius": self.radius, "seeds": self.seeds.tolist(),
-            "endpoints": self.endpoints.tolist(), "labels": self.labels.tolist(),
+            "endpoints": self.endpoints.tolist(),
             "epsilon": self.epsilon, "delta": self.delta,
             "seed_epsilon": self.seed_epsilon, "seed_delta": self.seed_delta,
             "cell_rho": self.cell_rho, "params": dict(self.params),
         }
 
     def to_json(self) -> str:
-        return strict_json(self.to_dict())
+        return json.dumps(strict_json(self.to_dict()), allow_nan=False)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Synopsis:
@@ -280,7 +311,6 @@ class Synopsis:
                       check_positive("radius", data["radius"]),
                       np.asarray(data["seeds"], dtype=np.float64),
                       np.asarray(data["endpoints"], dtype=np.float64),
-                      np.asarray(data["labels"], dtype=np.int64),
                       float(data["epsilon"]), float(data["delta"]),
                       float(data["seed_epsilon"]), float(data["seed_delta"]),
                       float(data["cell_rho"]), dict(data["params"]))
@@ -305,9 +335,9 @@ class Synopsis:
             f"(seeds: {p.get('method')}/{p.get('release')} at ({self.seed_epsilon:.4g}, "
             f"{self.seed_delta:.3g}) each, {p.get('steps')} steps; {p.get('rounds')} cell "
             f"rounds at rho = {self.cell_rho:.4g} each)",
-            f"  cells            : {p.get('groups')} from the merged endpoints; those with "
-            f"noisy count < {p.get('min_count'):.3g} dropped, the rest merged at "
-            f"{p.get('merge_radius'):.4g}",
+            f"  cells            : {p.get('groups')} in round 1 (the endpoints); after each "
+            f"round merged at {p.get('merge_radius'):.4g} and those with noisy count < "
+            f"{p.get('min_count'):.3g} dropped",
             "  noisy counts     : " + np.array2string(self.counts, threshold=12),
             "  later queries    : free (post-processing: complete(), assign())",
         ]

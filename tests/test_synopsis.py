@@ -1,0 +1,351 @@
+"""The one-shot synopsis (``PrivateMemory.snapshot``, docs/privacy-accounting.md §14):
+its cell release's sensitivity (property and adversarial tests, a slow reference), the
+per-row classification, the accounting (charged once, within the budget, the filter),
+locality (a far row changes nothing, bit for bit), an audit of the cell release, the
+ledger, and post-processing."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import brace
+from brace import BudgetExceededError, PrivateMemory, Synopsis, private_synopsis
+from brace.audit.stats import clopper_pearson_upper, epsilon_lower_bound
+from brace.synopsis import (
+    cell_sensitivity,
+    cell_sums,
+    cell_unit,
+    merge_endpoints,
+    public_seeds,
+)
+
+CENTRES = np.array([[0.0, 0.0], [3.0, 3.0], [-3.0, 3.0]])
+
+
+def _bank(n_per: int = 60, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.concatenate([rng.normal(c, 0.3, (n_per, 2)) for c in CENTRES])
+
+
+def _public(seed: int = 1) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.concatenate([rng.normal(c, 0.3, (4, 2)) for c in CENTRES])
+
+
+def _stacked(X: np.ndarray, C: np.ndarray, r: float) -> np.ndarray:
+    cnt, sums, _ = cell_sums(X, C, r)
+    return np.concatenate([sums, r * cnt[:, None]], axis=1)
+
+
+# --- the cell release's sensitivity -------------------------------------------------------
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), k=st.integers(1, 6), d=st.integers(1, 5),
+       n=st.integers(1, 30), on_boundary=st.booleans())
+def test_cell_release_sensitivity_holds_for_every_replacement(seed, k, d, n, on_boundary):
+    """Replacing one row changes the stacked (offset sums, r·counts) by at most
+    cell_sensitivity in L2, whichever cells the two rows fall in (or none)."""
+    rng = np.random.default_rng(seed)
+    r = float(rng.uniform(0.1, 2.0))
+    C = rng.normal(size=(k, d)) * r
+    X = C[rng.integers(0, k, n)] + rng.normal(size=(n, d)) * r * 0.6
+    i = int(rng.integers(0, n))
+    Xp = X.copy()
+    j = int(rng.integers(0, k))
+    u = rng.normal(size=d)
+    u /= np.linalg.norm(u)
+    # the replacement sits on (or just inside / outside) the sphere around a centre
+    rad = r * (1.0 + (rng.choice([-1, 0, 1]) * 1e-15 if on_boundary else 0.0)) \
+        if on_boundary else r * float(rng.uniform(0, 1.2))
+    Xp[i] = C[j] + rad * u
+    diff = np.linalg.norm(_stacked(X, C, r) - _stacked(Xp, C, r))
+    assert diff <= cell_sensitivity(r, cell_unit(r, n), d)
+
+
+def test_cell_release_sensitivity_is_attained_within_rounding():
+    """The bound is tight: a row on one side of its cell's sphere replaced by the
+    antipodal row (same cell) moves the sum by about 2r."""
+    r = 1.0
+    C = np.zeros((1, 3))
+    u = np.array([1.0, 0.0, 0.0])
+    X = np.array([r * u, [0.1, 0.0, 0.0]])
+    Xp = np.array([-r * u, [0.1, 0.0, 0.0]])
+    diff = np.linalg.norm(_stacked(X, C, r) - _stacked(Xp, C, r))
+    bound = cell_sensitivity(r, cell_unit(r, 2), 3)
+    assert bound * (1 - 1e-6) <= diff <= bound
+
+
+def test_cell_release_adversarial_search_finds_no_violation():
+    """Hill-climb on the replacement row to maximise the change: never above the bound."""
+    rng = np.random.default_rng(7)
+    r, d, k = 0.7, 3, 4
+    C = rng.normal(size=(k, d))
+    X = C[rng.integers(0, k, 40)] + rng.normal(size=(40, d)) * 0.4
+    bound = cell_sensitivity(r, cell_unit(r, 40), d)
+    best = 0.0
+    for start in range(20):
+        x = C[start % k] + rng.normal(size=d) * r
+        cur = -1.0
+        for _ in range(150):
+            cand = x + rng.normal(size=d) * 0.05 * r
+            Xp = X.copy()
+            Xp[0] = cand
+            v = np.linalg.norm(_stacked(X, C, r) - _stacked(Xp, C, r))
+            if v >= cur:
+                x, cur = cand, v
+        best = max(best, cur)
+        assert cur <= bound
+    assert best > 0.8 * bound  # the search reaches near the bound (it has teeth)
+
+
+def _reference_cells(X, C, r):
+    """Slow reference: exact rational distances, row by row."""
+    k, d = C.shape
+    unit = Fraction(cell_unit(r, X.shape[0]))
+    counts = [0] * k
+    sums = [[0] * d for _ in range(k)]
+    for x in X:
+        best, bj = None, -1
+        for j in range(k):
+            dist = sum((Fraction(float(a)) - Fraction(float(b))) ** 2 for a, b in zip(x, C[j],
+                                                                                    strict=True))
+            if dist <= Fraction(r) ** 2 and (best is None or dist < best):
+                best, bj = dist, j
+        if bj >= 0:
+            counts[bj] += 1
+            for t in range(d):
+                off = (Fraction(float(x[t])) - Fraction(float(C[bj, t]))) / unit
+                sums[bj][t] += round(off)
+    return np.array(counts), np.array(sums, dtype=np.float64) * float(unit)
+
+
+def test_cell_sums_match_the_slow_reference():
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        k, d, n = rng.integers(1, 5), rng.integers(1, 4), rng.integers(1, 40)
+        r = float(rng.uniform(0.2, 1.5))
+        C = rng.normal(size=(k, d))
+        X = C[rng.integers(0, k, n)] + rng.normal(size=(n, d)) * r * 0.7
+        cnt, sums, _ = cell_sums(X, C, r)
+        rc, rs = _reference_cells(X, C, r)
+        # rows within float rounding of a sphere or of a tie may differ; none here do
+        np.testing.assert_array_equal(cnt, rc)
+        np.testing.assert_allclose(sums, rs, rtol=0, atol=2 * cell_unit(r, n) * n)
+
+
+def test_a_rows_cell_depends_on_that_row_only():
+    """The statistics are additive over rows, bit for bit: each row's cell and rounded
+    offset do not depend on the other rows (no matrix product over the bank)."""
+    rng = np.random.default_rng(5)
+    C = rng.normal(size=(5, 4))
+    X = C[rng.integers(0, 5, 301)] + rng.normal(size=(301, 4)) * 0.5
+    cnt, sums, _ = cell_sums(X, C, 0.9)
+    parts = [cell_sums(X[i:i + 1], C, 0.9) for i in range(X.shape[0])]
+    assert np.array_equal(cnt, sum(p[0] for p in parts))
+    # sums of one-row sums with the bank's unit
+    unit = cell_unit(0.9, 301)
+    one = sum(np.rint(cell_sums(X[i:i + 1], C, 0.9)[1] / cell_unit(0.9, 1) *
+                      (cell_unit(0.9, 1) / unit)) for i in range(X.shape[0]))
+    assert np.allclose(sums / unit, one, atol=X.shape[0])
+
+
+def test_cell_sums_refuse_out_of_range_values():
+    with pytest.raises(ValueError, match="float64 range"):
+        cell_sums(np.array([[1e200, 0.0]]), np.zeros((1, 2)), 1.0)
+
+
+# --- the snapshot: accounting and validity ------------------------------------------------
+
+
+def test_snapshot_is_charged_once_within_the_budget():
+    X = _bank()
+    pm = PrivateMemory(X, radius=0.8, budget=(4.0, 1e-5), accounting="global")
+    syn = pm.snapshot(_public(), steps=3, seed=0)
+    assert isinstance(syn, Synopsis)
+    assert 0 < pm.spent <= 4.0
+    assert syn.epsilon == pytest.approx(pm.spent, rel=1e-6)
+    # the filter admitted it with almost nothing left, so another snapshot does not fit
+    with pytest.raises(BudgetExceededError, match="Nothing was released or spent"):
+        pm.snapshot(_public(), steps=3, seed=1)
+    spent = pm.spent
+    q = X[:5] + 0.1
+    assert syn.complete(q).shape == (5, 2)
+    assert pm.spent == spent  # answering is post-processing
+
+
+def test_snapshot_with_an_explicit_epsilon_costs_at_most_that():
+    pm = PrivateMemory(_bank(), radius=0.8, budget=(8.0, 1e-5), accounting="global")
+    syn = pm.snapshot(_public(), steps=3, epsilon=2.0, seed=0)
+    assert 1.9 <= syn.epsilon <= 2.0
+    assert pm.spent <= 2.0 + 1e-9
+    assert pm.remaining >= 6.0 - 1e-9
+
+
+def test_snapshot_finds_the_clusters_at_a_moderate_budget():
+    syn = private_synopsis(_bank(200), radius=0.8, epsilon=4.0, delta=1e-5,
+                           seeds="grid", bounds=(-5, 5), seed=3)
+    found = np.linalg.norm(syn.attractors[:, None] - CENTRES[None], axis=2)
+    assert found.min(axis=0).max() < 0.3  # every true centre has an attractor near it
+    assert np.all(syn.counts > 100)
+
+
+def test_snapshot_records_in_the_ledger(tmp_path):
+    X = _bank()
+    path = tmp_path / "l.db"
+    with PrivateMemory(X, radius=0.8, budget=(4.0, 1e-5), ledger=path, create=True,
+                       accounting="global") as pm:
+        syn = pm.snapshot(_public(), steps=3, epsilon=1.0, seed=0)
+        spent = pm.spent
+    with PrivateMemory(X, radius=0.8, budget=(4.0, 1e-5), ledger=path,
+                       accounting="global") as pm2:
+        assert pm2.spent == pytest.approx(spent, rel=1e-12)
+        methods = [r["method"] for r in pm2.releases]
+    assert methods == ["brace", "synopsis-cells", "synopsis-cells"]
+    state = brace.budget.inspect_ledger(path)
+    assert state.spent_global == pytest.approx(spent, rel=1e-9)
+    assert syn.epsilon <= 1.0
+
+
+def test_snapshot_far_row_changes_nothing_under_local_accounting():
+    """A row outside every footprint of the snapshot (seeds, cell rounds) changes no
+    released bit, and local accounting charges it nothing; a row inside changes it."""
+    X = _bank()
+    seeds = _public()[:4]  # the cluster at the origin
+    far = X.copy()
+    far[-1] = [500.0, 500.0]
+    near = X.copy()
+    near[0] = seeds[0]
+    out = []
+    for bank in (X, far, near):
+        pm = PrivateMemory(bank, radius=0.8, budget=(4.0, 1e-5), accounting="local")
+        out.append((pm.snapshot(seeds, steps=2, seed=11, rounds=1), pm))
+    (a, pm), (b, _), (c, _) = out
+    for f in ("attractors", "counts", "endpoints"):
+        assert np.array_equal(getattr(a, f), getattr(b, f)), f
+    assert not (np.array_equal(a.attractors, c.attractors)
+                and np.array_equal(a.endpoints, c.endpoints))
+    assert pm.spent_at(np.array([[500.0, 500.0]]))[0] == 0.0
+    assert pm.spent_at(seeds[:1])[0] > 0.0
+
+
+def test_snapshot_refuses_bad_input():
+    pm = PrivateMemory(_bank(), radius=0.8, budget=(4.0, 1e-5))
+    with pytest.raises(ValueError, match="bounds"):
+        pm.snapshot(10)
+    with pytest.raises(ValueError, match="d <= 3"):
+        PrivateMemory(np.zeros((5, 4)) + np.arange(5)[:, None], radius=1.0,
+                      budget=(1.0, 1e-5)).snapshot("grid", bounds=(0, 1))
+    with pytest.raises(ValueError, match="dimension mismatch"):
+        pm.snapshot(np.zeros((3, 5)))
+    with pytest.raises(ValueError, match="method"):
+        pm.snapshot(_public(), method="naive")
+    with pytest.raises(ValueError, match="cell_share"):
+        pm.snapshot(_public(), cell_share=1.0)
+    with pytest.raises(ValueError, match="rounds"):
+        pm.snapshot(_public(), rounds=0)
+    with pytest.raises(TypeError, match="does not take"):
+        pm.snapshot(_public(), return_clean=True)
+    with pytest.raises(ValueError, match="NaN|finite"):
+        pm.snapshot(np.array([[np.nan, 0.0]]))
+    assert pm.spent == 0.0  # nothing was spent by any refusal
+
+
+def test_public_seeds():
+    g = public_seeds("grid", 2, 0.5, bounds=(0, 1))
+    assert g.shape == (9, 2)
+    u = public_seeds(7, 3, 1.0, bounds=([0, 0, 0], [1, 2, 3]), public_seed=4)
+    assert u.shape == (7, 3) and np.all(u >= 0) and np.all(u <= [1, 2, 3])
+    assert np.array_equal(u, public_seeds(7, 3, 1.0, bounds=([0, 0, 0], [1, 2, 3]),
+                                          public_seed=4))
+    with pytest.raises(ValueError, match="lo < hi"):
+        public_seeds(3, 2, 1.0, bounds=(1, 0))
+    with pytest.raises(ValueError, match=r"must be in \[1, 16384\]"):
+        public_seeds(10**6, 2, 1.0, bounds=(0, 1))
+
+
+def test_merge_endpoints():
+    Y = np.array([[0.0, 0], [0.1, 0], [5, 5], [0.2, 0], [5.05, 5]])
+    labels, reps = merge_endpoints(Y, 0.15)
+    assert labels.tolist() == [0, 0, 1, 0, 1]
+    assert reps.tolist() == [1, 2] or reps.tolist() == [1, 4]
+
+
+# --- post-processing --------------------------------------------------------------------
+
+
+def test_synopsis_post_processing_and_json_round_trip():
+    syn = private_synopsis(_bank(100), radius=0.8, epsilon=4.0, delta=1e-5,
+                           seeds=_public(), steps=3, seed=2)
+    q = _public(9)
+    near = syn.complete(q)
+    idx = syn.assign(q)
+    assert np.array_equal(near, syn.attractors[idx])
+    lsr = syn.complete(q, how="lsr")
+    assert lsr.shape == q.shape
+    back = Synopsis.from_json(syn.to_json())
+    assert np.array_equal(back.attractors, syn.attractors)
+    assert np.array_equal(back.complete(q), near)
+    assert "attractors" in str(syn) and "free" in str(syn)
+    with pytest.raises(ValueError, match="how"):
+        syn.complete(q, how="mean")
+    with pytest.raises(ValueError, match="not a saved synopsis"):
+        Synopsis.from_dict({"attractors": []})
+
+
+# --- an audit of the cell release ----------------------------------------------------------
+
+
+def test_cell_release_audit_stays_under_its_claim():
+    """The worst pair for one cell round (a row at +r replaced by the row at −r of the
+    same cell): the exact likelihood-ratio test over 20,000 runs per bank certifies an
+    ε lower bound below the round's claimed ε (and above 0: the audit has power)."""
+    from brace.accounting import GaussianStep, RdpAccountant
+
+    r, d = 1.0, 2
+    C = np.zeros((1, d))
+    X = np.array([[r, 0.0], [0.2, 0.1]])
+    Xp = np.array([[-r, 0.0], [0.2, 0.1]])
+    sens = cell_sensitivity(r, cell_unit(r, 2), d)
+    rho = 0.5
+    sigma = sens / math.sqrt(2 * rho)
+    m0, m1 = _stacked(X, C, r)[0], _stacked(Xp, C, r)[0]
+    rng = np.random.default_rng(0)
+    N = 20000
+    s0 = rng.normal(m0, sigma, (N, d + 1))
+    s1 = rng.normal(m1, sigma, (N, d + 1))
+    w = (m1 - m0) / sigma**2
+    t0, t1 = s0 @ w, s1 @ w
+    delta = 1e-5
+    claim = RdpAccountant().compose(GaussianStep(rho)).get_epsilon(delta)
+    best = 0.0
+    for tau in np.quantile(np.concatenate([t0, t1]), np.linspace(0.05, 0.95, 19)):
+        fpr = clopper_pearson_upper(np.sum(t0 > tau), N, 0.05 / 38)
+        fnr = clopper_pearson_upper(np.sum(t1 <= tau), N, 0.05 / 38)
+        best = max(best, float(epsilon_lower_bound(fpr, fnr, delta)))
+    assert 0.3 < best < claim
+
+
+# --- affordable_epsilon --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("accounting", ["global", "local"])
+def test_affordable_epsilon_is_admitted_and_tight(accounting):
+    X = _bank()
+    q = X[:20]
+    pm = PrivateMemory(X, radius=0.8, budget=(2.0, 1e-5), accounting=accounting)
+    e = pm.affordable_epsilon(q, steps=2)
+    assert e > 0
+    probe = PrivateMemory(X, radius=0.8, budget=(2.0, 1e-5), accounting=accounting)
+    with pytest.raises(BudgetExceededError):
+        probe.retrieve(q, steps=2, epsilon=e * 1.001, seed=0)
+    pm.retrieve(q, steps=2, epsilon=e, seed=0)  # admitted
+    assert pm.affordable_epsilon(q + 0.01, steps=2) < e
+    with pytest.raises(ValueError, match="method"):
+        pm.affordable_epsilon(q, steps=2, method="naive")
