@@ -176,10 +176,27 @@ def test_private_memory_and_save_load(mem, tmp_path):
     assert pm.spent > spent and not np.array_equal(plain.outputs, res.outputs)
     again = pm.retrieve(q, steps=2, epsilon=2.0, noise="secure")  # a repeat: free
     assert np.array_equal(again.outputs, res.outputs)
+    assert np.array_equal(again.grid, res.grid)
     for suffix in (".npz", ".json"):
         brace.save_result(res, tmp_path / f"r{suffix}")
         back = brace.load_result(tmp_path / f"r{suffix}")
         assert np.array_equal(back.grid, res.grid) and _on_grid(back)
+
+
+def test_secure_repeat_from_the_ledger_keeps_its_grid(mem, tmp_path):
+    m, X = mem
+    q = X[:3]
+    path = tmp_path / "l.db"
+    with brace.PrivateMemory(X, radius=m.radius_, budget=(50.0, 1e-4), ledger=path,
+                             create=True) as pm:
+        res = pm.retrieve(q, steps=2, epsilon=2.0, noise="secure")
+    with brace.PrivateMemory(X, radius=m.radius_, budget=(50.0, 1e-4), ledger=path) as pm:
+        spent = pm.spent
+        again = pm.retrieve(q, steps=2, epsilon=2.0, noise="secure")  # from the ledger
+        assert pm.spent == spent
+    assert np.array_equal(again.outputs, res.outputs)
+    assert again.grid is not None and np.array_equal(again.grid, res.grid)
+    assert _on_grid(again)
 
 
 def test_cli_retrieve_secure(tmp_path, capsys):

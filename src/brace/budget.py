@@ -452,6 +452,8 @@ class PrivateMemory:
             # no seed: it regenerates the noise of the release (docs/ledger.md)
             "params": {k: v for k, v in public["params"].items() if k != "seed"},
             "privacy": public["privacy"],
+            # secure mode: the public grid unit of each released step (for repeats)
+            **({} if res.grid is None else {"grid": np.asarray(res.grid).tolist()}),
         }
 
     def _repeat(self, pos: int, q: np.ndarray) -> PrivateRetrievalResult:
@@ -465,7 +467,9 @@ class PrivateMemory:
         return PrivateRetrievalResult(
             method=rec["method"], is_private=True, outputs=outputs,
             privacy=PrivacySpent.from_dict(rec["privacy"]), params=dict(rec["params"]),
-            queries=q.copy(), released_counts=counts, **dict.fromkeys(DIAGNOSTIC_FIELDS))
+            queries=q.copy(), released_counts=counts,
+            grid=None if "grid" not in rec else np.asarray(rec["grid"], dtype=np.float64),
+            **dict.fromkeys(DIAGNOSTIC_FIELDS))
 
     def _refuse(self, worst, reserved_w, plan, q, T, eps, dlt, method) -> None:
         b_eps, b_delta = self._budget
