@@ -40,6 +40,29 @@ def test_cli_single_audit_writes_json(tmp_path, bank1, capsys):
     assert "given at user" in capsys.readouterr().out
 
 
+def test_cli_single_audit_far_pair_certifies_zero(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 2))
+    np.save(tmp_path / "bank.npy", X)
+    np.save(tmp_path / "q.npy", X[0])
+    out = tmp_path / "far.json"
+    rc = main(["audit", "--bank", str(tmp_path / "bank.npy"), "--query", str(tmp_path / "q.npy"),
+               "--radius", "0.8", "--method", "brace", "--epsilon", "1", "--steps", "2",
+               "--pair", "far", "--runs", "300", "--out", str(out), "--no-progress"])
+    assert rc == 0
+    res = json.loads(out.read_text())
+    assert res["config"]["pair"] == "far" and res["config"]["coupled"] is True
+    assert res["epsilon_lb"] == 0.0 and res["charged_epsilon"] == 0.0
+    assert res["differing_runs"] == 0
+    with pytest.raises(SystemExit):
+        main(["audit", "--pair", "sideways"])
+    rc = main(["audit", "--bank", str(tmp_path / "bank.npy"), "--query", str(tmp_path / "q.npy"),
+               "--radius", "0.8", "--method", "brace", "--epsilon", "1", "--steps", "2",
+               "--pair", "near", "--replace-row", "0", "--replace-value", "1,1"])
+    assert rc != 0
+    assert "chooses the replacement itself" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("argv", "match"),
     [

@@ -25,7 +25,7 @@ __all__ = ["add_parser"]
 _SINGLE_ONLY = ("bank", "query", "method", "epsilon", "steps", "beta", "radius", "kappa",
                 "gamma", "accounting", "release_mode", "noise_scale_factor", "pilot_runs",
                 "replace_row",
-                "replace_value", "noise")
+                "replace_value", "noise", "pair")
 
 
 def add_parser(sub) -> None:
@@ -61,6 +61,13 @@ def add_parser(sub) -> None:
     p.add_argument("--replace-value", default=None,
                    help="comma-separated new value of --replace-row (no default: required with "
                    "--replace-row)")
+    p.add_argument("--pair", choices=("search", "far", "near"), default=None,
+                   help="the neighbouring pair: 'search' (default: the pair finder), 'far' "
+                   "(a row outside every footprint of the release moved to another place "
+                   "outside them: local accounting charges it nothing; audited on the "
+                   "projected release with coupled runs, so the bound is 0 exactly if no "
+                   "released bit changes) or 'near' (a member of the query's gate moved "
+                   "across it: charged the per-query epsilon). docs/audit.md §5.1")
     p.add_argument("--runs", type=int, default=None,
                    help=f"fresh runs per bank (default {d.n_runs}; report: "
                    f"{ReportConfig.n_runs})")
@@ -113,6 +120,10 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--{flag} is required (or use --report).")
     if (args.replace_row is None) != (args.replace_value is None):
         raise ValueError("give both --replace-row and --replace-value, or neither.")
+    pair = args.pair or "search"
+    if pair != "search" and args.replace_row is not None:
+        raise ValueError(f"--pair {pair} chooses the replacement itself; do not pass "
+                         "--replace-row/--replace-value.")
     if args.out is not None:
         check_output_file(Path(args.out))
         from .._io import check_output_path
@@ -147,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
         noise=args.noise or "plain",
         n_runs=args.runs if args.runs is not None else AuditConfig.n_runs,
         n_pilot=args.pilot_runs, n_screen=args.screen_runs, alpha=args.alpha, seed=args.seed,
+        pair=pair, output_projection=pair == "far", coupled=pair == "far",
     )
     if cfg.method == "naive":
         print("brace: WARNING: method 'naive' is NOT differentially private (baseline only).",
