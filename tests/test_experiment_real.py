@@ -3,12 +3,18 @@ preprocessing, corruption, radius), config checks, a tiny end-to-end run, resume
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import numpy as np
 import pytest
 
 pytest.importorskip("sklearn")
 
+from brace.experiments import real as rx  # noqa: E402
 from brace.experiments import real_data as rd  # noqa: E402
+from brace.experiments._common import read_jsonl  # noqa: E402
+from brace.experiments.real import QUICK, RealConfig, run_real  # noqa: E402
 from brace.experiments.real_data import corrupt, load_real, public_radius  # noqa: E402
 
 # --------------------------------------------------------------------------- data layer
@@ -142,3 +148,152 @@ def test_public_radius_targets_the_gate_size():
         public_radius(P, target_gate=0.5)
     with pytest.raises(ValueError, match="queries"):
         public_radius(P, queries=np.zeros((3, 4)))
+
+
+# --------------------------------------------------------------------------- experiment
+
+TINY = dataclasses.replace(QUICK, datasets=("breast_cancer",))
+OUTPUTS = ("results.jsonl", "summary.json", "table.txt", "accuracy.png", "mse.png")
+
+
+@pytest.mark.parametrize(("field", "value", "match"), [
+    ("datasets", (), "datasets"),
+    ("datasets", ("iris",), "unknown data set"),
+    ("datasets", ("digits", "digits"), "duplicates"),
+    ("workloads", (0,), "workloads"),
+    ("epsilons", (-1.0,), "epsilons"),
+    ("epsilons", (float("inf"),), "epsilons"),
+    ("methods", ("naive",), "unknown method"),
+    ("delta", 1.5, "delta"),
+    ("steps", 0, "steps"),
+    ("repetitions", 0, "repetitions"),
+    ("mask", 1.0, "mask"),
+    ("noise", -0.1, "noise"),
+    ("target_gate", 0.5, "target_gate"),
+    ("n_seeds", 0, "n_seeds"),
+])
+def test_config_rejects_bad_values(field, value, match):
+    with pytest.raises(ValueError, match=match):
+        dataclasses.replace(RealConfig(), **{field: value})
+
+
+def test_run_rejects_a_non_config(tmp_path):
+    with pytest.raises(TypeError, match="RealConfig"):
+        run_real({"datasets": ("digits",)}, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("real")
+    return {"out": out, "summary": run_real(TINY, out, progress=False)}
+
+
+def test_tiny_run_writes_every_output(tiny_run):
+    out, s = tiny_run["out"], tiny_run["summary"]
+    for f in OUTPUTS:
+        assert (out / f).is_file() and (out / f).stat().st_size > 0, f
+    for f in OUTPUTS[3:]:
+        assert (out / f).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUTS)  # no temp files left
+    recs = read_jsonl(out / "results.jsonl")
+    grid = rx._grid(TINY, TINY.datasets)
+    assert len(recs) == len(grid) == s["cells_total"] == s["cells_computed_this_run"]
+    assert {rx._key(r) for r in recs} == set(grid)
+    assert json.loads((out / "summary.json").read_text())["run_hash"] == s["run_hash"]
+    assert "| breast_cancer | 100 | BRACE, global acct. |" in (out / "table.txt").read_text()
+
+
+def test_tiny_run_records_are_consistent(tiny_run):
+    recs = {rx._key(r): r for r in read_jsonl(tiny_run["out"] / "results.jsonl")}
+    for (_, _Q, eps, m), r in recs.items():
+        assert 0.0 <= r["accuracy"]["mean"] <= 1.0
+        assert r["config"]["datasets"] == ["breast_cancer"] and "versions" in r
+        assert r["wall_time_s"] >= 0 and len(r["repetitions"]) == TINY.repetitions
+        assert r["queries_scored"] >= TINY.min_scored
+        if m == "noiseless":
+            assert r["mse"]["mean"] == 0.0 and not r["private"]
+        if m in rx.PER_QUERY:
+            assert 0.0 <= r["epsilon_per_query"] <= eps
+            assert r["epsilon_spent"] <= eps * (1 + 1e-9)
+        if m == "synopsis":
+            assert r["epsilon_spent"] == pytest.approx(eps, rel=1e-6)  # all of it, once
+    # the synopsis answers every workload from one release per (ε, repetition)
+    for eps in TINY.epsilons:
+        spent = {recs[("breast_cancer", Q, eps, "synopsis")]["epsilon_spent"]
+                 for Q in TINY.workloads}
+        assert len(spent) == 1
+    # global accounting never affords more than local on the same queries
+    for Q in TINY.workloads:
+        for eps in TINY.epsilons:
+            g = recs[("breast_cancer", Q, eps, "brace_global")]["epsilon_per_query"]
+            loc = recs[("breast_cancer", Q, eps, "brace_local")]["epsilon_per_query"]
+            assert g <= loc * (1 + 1e-9)
+
+
+def test_resume_skips_done_cells_and_recomputes_the_same(tiny_run, tmp_path):
+    out = tmp_path / "again"
+    out.mkdir()
+    lines = (tiny_run["out"] / "results.jsonl").read_text().splitlines(keepends=True)
+    (out / "results.jsonl").write_text("".join(lines[:-1]))  # the last cell is missing
+    s = run_real(TINY, out, progress=False)
+    assert s["cells_computed_this_run"] == 1
+    redo = read_jsonl(out / "results.jsonl")
+    assert len(redo) == len(lines)
+    old, new = json.loads(lines[-1]), redo[-1]
+    assert rx._key(old) == rx._key(new)
+    assert new["accuracy"] == old["accuracy"] and new["mse"] == old["mse"]
+    s2 = run_real(TINY, out, progress=False)
+    assert s2["cells_computed_this_run"] == 0
+
+
+def test_results_of_another_config_are_refused(tiny_run, tmp_path):
+    (tmp_path / "results.jsonl").write_text(
+        (tiny_run["out"] / "results.jsonl").read_text())
+    with pytest.raises(ValueError, match="different configuration"):
+        run_real(dataclasses.replace(TINY, noise=0.7), tmp_path, progress=False)
+
+
+def test_an_interrupted_run_leaves_whole_lines_only(tmp_path, monkeypatch):
+    real_cell, calls = rx._cell, []
+
+    def flaky(*a, **k):
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        calls.append(1)
+        return real_cell(*a, **k)
+
+    monkeypatch.setattr(rx, "_cell", flaky)
+    cfg = dataclasses.replace(TINY, workloads=(10,), methods=("noiseless", "public_only",
+                                                             "synopsis"))
+    with pytest.raises(KeyboardInterrupt):
+        run_real(cfg, tmp_path, progress=False)
+    assert [p.name for p in tmp_path.iterdir()] == ["results.jsonl"]
+    assert len(read_jsonl(tmp_path / "results.jsonl")) == 2
+
+
+def test_missing_mnist_is_skipped_with_a_note(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("BRACE_MNIST_DIR", raising=False)
+    cfg = dataclasses.replace(TINY, datasets=("breast_cancer", "mnist16"), workloads=(10,),
+                              methods=("noiseless",))
+    s = run_real(cfg, tmp_path, progress=False)
+    assert list(s["datasets"]) == ["breast_cancer"] and list(s["skipped"]) == ["mnist16"]
+    assert "mnist16 skipped" in capsys.readouterr().err
+    only = dataclasses.replace(cfg, datasets=("mnist64",))
+    with pytest.raises(FileNotFoundError, match="no data set"):
+        run_real(only, tmp_path / "x", progress=False)
+    assert not (tmp_path / "x").exists()
+
+
+def test_cli_real(tmp_path, capsys):
+    from brace.cli import main
+
+    out = tmp_path / "cli"
+    argv = ["experiment", "real", "--quick", "--datasets", "breast_cancer", "--out",
+            str(out), "--no-progress", "--repetitions", "1"]
+    assert main(argv) == 0
+    assert (out / "table.txt").is_file()
+    assert main(argv) == 0  # resumes: nothing new
+    assert "0 new" in capsys.readouterr().out
+    assert main(["experiment", "real", "--quick", "--datasets", "breast_cancer", "--out",
+                 str(tmp_path / "bad"), "--repetitions", "0", "--no-progress"]) == 2
+    assert "repetitions" in capsys.readouterr().err
