@@ -152,7 +152,8 @@ def test_public_radius_targets_the_gate_size():
 
 # --------------------------------------------------------------------------- experiment
 
-TINY = dataclasses.replace(QUICK, datasets=("breast_cancer",))
+TINY = dataclasses.replace(QUICK, datasets=("breast_cancer",), workloads=(8,),
+                           epsilons=(1.0,), min_scored=8)
 OUTPUTS = ("results.jsonl", "summary.json", "table.txt", "accuracy.png", "mse.png")
 
 
@@ -188,6 +189,7 @@ def tiny_run(tmp_path_factory):
     return {"out": out, "summary": run_real(TINY, out, progress=False)}
 
 
+@pytest.mark.slow
 def test_tiny_run_writes_every_output(tiny_run):
     out, s = tiny_run["out"], tiny_run["summary"]
     for f in OUTPUTS:
@@ -200,9 +202,10 @@ def test_tiny_run_writes_every_output(tiny_run):
     assert len(recs) == len(grid) == s["cells_total"] == s["cells_computed_this_run"]
     assert {rx._key(r) for r in recs} == set(grid)
     assert json.loads((out / "summary.json").read_text())["run_hash"] == s["run_hash"]
-    assert "| breast_cancer | 100 | BRACE, global acct. |" in (out / "table.txt").read_text()
+    assert "| breast_cancer | 8 | BRACE, global acct. |" in (out / "table.txt").read_text()
 
 
+@pytest.mark.slow
 def test_tiny_run_records_are_consistent(tiny_run):
     recs = {rx._key(r): r for r in read_jsonl(tiny_run["out"] / "results.jsonl")}
     for (_, _Q, eps, m), r in recs.items():
@@ -216,7 +219,7 @@ def test_tiny_run_records_are_consistent(tiny_run):
             assert 0.0 <= r["epsilon_per_query"] <= eps
             assert r["epsilon_spent"] <= eps * (1 + 1e-9)
         if m == "synopsis":
-            assert r["epsilon_spent"] == pytest.approx(eps, rel=1e-6)  # all of it, once
+            assert 0.8 * eps <= r["epsilon_spent"] <= eps * (1 + 1e-9)  # what is left, once
     # the synopsis answers every workload from one release per (ε, repetition)
     for eps in TINY.epsilons:
         spent = {recs[("breast_cancer", Q, eps, "synopsis")]["epsilon_spent"]
@@ -230,6 +233,7 @@ def test_tiny_run_records_are_consistent(tiny_run):
             assert g <= loc * (1 + 1e-9)
 
 
+@pytest.mark.slow
 def test_resume_skips_done_cells_and_recomputes_the_same(tiny_run, tmp_path):
     out = tmp_path / "again"
     out.mkdir()
@@ -246,6 +250,7 @@ def test_resume_skips_done_cells_and_recomputes_the_same(tiny_run, tmp_path):
     assert s2["cells_computed_this_run"] == 0
 
 
+@pytest.mark.slow
 def test_results_of_another_config_are_refused(tiny_run, tmp_path):
     (tmp_path / "results.jsonl").write_text(
         (tiny_run["out"] / "results.jsonl").read_text())
@@ -263,8 +268,7 @@ def test_an_interrupted_run_leaves_whole_lines_only(tmp_path, monkeypatch):
         return real_cell(*a, **k)
 
     monkeypatch.setattr(rx, "_cell", flaky)
-    cfg = dataclasses.replace(TINY, workloads=(10,), methods=("noiseless", "public_only",
-                                                             "synopsis"))
+    cfg = dataclasses.replace(TINY, methods=("noiseless", "public_only", "synopsis"))
     with pytest.raises(KeyboardInterrupt):
         run_real(cfg, tmp_path, progress=False)
     assert [p.name for p in tmp_path.iterdir()] == ["results.jsonl"]
@@ -284,12 +288,14 @@ def test_missing_mnist_is_skipped_with_a_note(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow
 def test_cli_real(tmp_path, capsys):
     from brace.cli import main
 
     out = tmp_path / "cli"
     argv = ["experiment", "real", "--quick", "--datasets", "breast_cancer", "--out",
-            str(out), "--no-progress", "--repetitions", "1"]
+            str(out), "--no-progress", "--repetitions", "1", "--workloads", "10",
+            "--epsilons", "1"]
     assert main(argv) == 0
     assert (out / "table.txt").is_file()
     assert main(argv) == 0  # resumes: nothing new

@@ -293,6 +293,10 @@ def _add_real(sub) -> None:
     p.add_argument("--data-dir", default=None,
                    help="directory with the MNIST test split (t10k-*-idx*-ubyte(.gz)); "
                    "default: $BRACE_MNIST_DIR")
+    p.add_argument("--workloads", type=int, nargs="+", default=None, metavar="Q",
+                   help=f"workload sizes (default {' '.join(map(str, d.workloads))})")
+    p.add_argument("--epsilons", type=finite_float, nargs="+", default=None, metavar="E",
+                   help=f"total budgets ε (default {' '.join(f'{e:g}' for e in d.epsilons)})")
     p.add_argument("--repetitions", type=int, default=None, metavar="R",
                    help=f"repetitions (queries, corruption and noise) per cell (default "
                    f"{d.repetitions}; --quick: {q.repetitions})")
@@ -314,6 +318,10 @@ def run_real(args: argparse.Namespace) -> int:
         over["datasets"] = tuple(dict.fromkeys(args.datasets))
     if args.repetitions is not None:
         over["repetitions"] = args.repetitions
+    if args.workloads is not None:
+        over["workloads"] = tuple(args.workloads)
+    if args.epsilons is not None:
+        over["epsilons"] = tuple(args.epsilons)
     run_real(dataclasses.replace(base, **over), args.out, data_dir=args.data_dir,
              progress=not args.no_progress)
     return 0
