@@ -1,4 +1,5 @@
-"""``brace experiment NAME``: the paper's experiments (synthetic, mnist, coverage, theory).
+"""``brace experiment NAME``: the paper's experiments (synthetic, mnist, coverage, theory,
+switching) and completion on real data (real).
 
 Each sub-command turns its flags into the experiment's config and calls the experiment
 module's ``run_*(config, out_dir, …)``; the experiment modules hold no argument parsing.
@@ -14,7 +15,7 @@ from ._args import GAMMA_HELP, finite_float, gamma_arg
 
 __all__ = ["add_parser", "EXPERIMENTS"]
 
-EXPERIMENTS = ("synthetic", "mnist", "coverage", "theory", "switching")
+EXPERIMENTS = ("synthetic", "mnist", "coverage", "theory", "switching", "real")
 
 
 def add_parser(sub) -> None:
@@ -27,6 +28,7 @@ def add_parser(sub) -> None:
     _add_coverage(exp_sub)
     _add_theory(exp_sub)
     _add_switching(exp_sub)
+    _add_real(exp_sub)
 
 
 # ------------------------------------------------------------------------ synthetic
@@ -263,4 +265,63 @@ def run_switching(args: argparse.Namespace) -> int:
     if args.runs is not None:
         over["runs"] = args.runs
     run_switching(dataclasses.replace(cfg, **over), args.out, progress=not args.no_progress)
+    return 0
+
+
+# ----------------------------------------------------------------------------- real
+
+
+def _add_real(sub) -> None:
+    from ..experiments import real
+    from ..experiments.real_data import NAMES
+
+    p = sub.add_parser(
+        "real",
+        help="completion on real data (breast cancer, digits, MNIST PCA) under a total "
+        "budget: per-query BRACE (global / local accounting), global noise, synopsis",
+        description=real.__doc__.split("\n\n")[0],
+    )
+    d = real.RealConfig()
+    q = real.QUICK
+    p.add_argument("--out", default="runs/real", help="output directory (resumable)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"Q in {list(q.workloads)}, total ε in "
+                   f"{[float(e) for e in q.epsilons]}, R = {q.repetitions} (smoke run)")
+    p.add_argument("--datasets", nargs="+", choices=NAMES, default=None, metavar="NAME",
+                   help=f"subset of {' '.join(NAMES)} (default: all; the MNIST ones are "
+                   "skipped with a note when the data is not found)")
+    p.add_argument("--data-dir", default=None,
+                   help="directory with the MNIST test split (t10k-*-idx*-ubyte(.gz)); "
+                   "default: $BRACE_MNIST_DIR")
+    p.add_argument("--workloads", type=int, nargs="+", default=None, metavar="Q",
+                   help=f"workload sizes (default {' '.join(map(str, d.workloads))})")
+    p.add_argument("--epsilons", type=finite_float, nargs="+", default=None, metavar="E",
+                   help=f"total budgets ε (default {' '.join(f'{e:g}' for e in d.epsilons)})")
+    p.add_argument("--repetitions", type=int, default=None, metavar="R",
+                   help=f"repetitions (queries, corruption and noise) per cell (default "
+                   f"{d.repetitions}; --quick: {q.repetitions})")
+    p.add_argument("--seed", type=int, default=d.seed,
+                   help="seed of the queries, corruption and noise")
+    p.add_argument("--split-seed", type=int, default=d.split_seed,
+                   help="seed of the bank / public split")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=run_real)
+
+
+def run_real(args: argparse.Namespace) -> int:
+    """Carry out ``brace experiment real``."""
+    from ..experiments.real import QUICK, RealConfig, run_real
+
+    base = QUICK if args.quick else RealConfig()
+    over: dict[str, Any] = {"seed": args.seed, "split_seed": args.split_seed}
+    if args.datasets is not None:
+        over["datasets"] = tuple(dict.fromkeys(args.datasets))
+    if args.repetitions is not None:
+        over["repetitions"] = args.repetitions
+    if args.workloads is not None:
+        over["workloads"] = tuple(args.workloads)
+    if args.epsilons is not None:
+        over["epsilons"] = tuple(args.epsilons)
+    run_real(dataclasses.replace(base, **over), args.out, data_dir=args.data_dir,
+             progress=not args.no_progress)
     return 0
