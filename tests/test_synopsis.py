@@ -349,3 +349,36 @@ def test_affordable_epsilon_is_admitted_and_tight(accounting):
     assert pm.affordable_epsilon(q + 0.01, steps=2) < e
     with pytest.raises(ValueError, match="method"):
         pm.affordable_epsilon(q, steps=2, method="naive")
+
+
+def test_cells_only_snapshot_and_cell_radius(tmp_path):
+    """steps=0 (the default): no trajectories, the cell rounds take the whole budget and
+    are the only records; a larger public cell radius counts more rows per cell."""
+    X = _bank(100)
+    path = tmp_path / "c.db"
+    with PrivateMemory(X, radius=0.5, budget=(2.0, 1e-5), ledger=path, create=True,
+                       accounting="global") as pm:
+        syn = pm.snapshot(_public(), rounds=2, seed=0)
+        assert [r["method"] for r in pm.releases] == ["synopsis-cells"] * 2
+        assert syn.endpoints.shape == (0, 2) and syn.seed_epsilon == 0.0
+        assert syn.epsilon == pytest.approx(pm.spent, rel=1e-9) and pm.spent <= 2.0
+        assert pm.remaining < 0.2  # it spent (almost) everything the filter admits
+    small = private_synopsis(X, radius=0.5, epsilon=8.0, delta=1e-5, seeds=_public(),
+                             rounds=1, seed=1, cell_radius=0.3)
+    large = private_synopsis(X, radius=0.5, epsilon=8.0, delta=1e-5, seeds=_public(),
+                             rounds=1, seed=1, cell_radius=1.2)
+    assert small.params["cell_radius"] == 0.3 and large.params["cell_radius"] == 1.2
+    assert large.counts.sum() > small.counts.sum()
+    assert abs(large.counts.sum() - X.shape[0]) < 0.1 * X.shape[0]
+
+
+def test_shrunk_step_never_moves_further_than_the_plain_step():
+    from brace.synopsis import next_centres
+
+    rng = np.random.default_rng(0)
+    C = rng.normal(size=(5, 8)) * 10
+    rel = np.concatenate([rng.normal(size=(5, 8)) * 3, np.full((5, 1), 40.0)], axis=1)
+    plain, _ = next_centres(C, rel, 1.0, 1e-9, 0.0)
+    shrunk, _ = next_centres(C, rel, 1.0, 1e-9, 0.0, noise_std=5.0)
+    assert np.all(np.linalg.norm(shrunk - C, axis=1) <= np.linalg.norm(plain - C, axis=1))
+    assert not np.allclose(shrunk, plain)

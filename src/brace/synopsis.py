@@ -188,10 +188,14 @@ def cell_sums(bank: Any, centres: np.ndarray, radius: float
 
 
 def next_centres(centres: np.ndarray, released: np.ndarray, radius: float,
-                 merge_radius: float, min_count: float) -> tuple[np.ndarray, np.ndarray]:
+                 merge_radius: float, min_count: float, noise_std: float = 0.0
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """Post-processing of one cell round's release ``(k, d + 1)`` (noisy offset sums,
     ``r`` × noisy count): cells with noisy count below ``min_count`` are dropped (the
-    largest is kept); each other centre moves by ``clip_r(sum / count)``; moved centres
+    largest is kept); each other centre moves by ``clip_r(sum / count)``, the step first
+    shrunk towards 0 by the positive-part James–Stein factor
+    ``max(0, 1 − d(σ/count)²/‖step‖²)`` when the sums' noise std ``noise_std = σ`` is
+    given (the step's noise is ``σ/count`` per coordinate); moved centres
     within ``merge_radius`` are merged (count-weighted mean, counts added). Returns the
     new centres and their noisy counts."""
     r = float(radius)
@@ -200,6 +204,11 @@ def next_centres(centres: np.ndarray, released: np.ndarray, radius: float,
     keep[int(np.argmax(m))] = True
     m = m[keep]
     step = released[keep, :-1] / np.maximum(m, 1.0)[:, None]
+    if noise_std > 0.0:  # positive-part James-Stein shrinkage of the noisy step
+        d = step.shape[1]
+        ss = np.sum(step * step, axis=1, keepdims=True)
+        noise = d * (noise_std / np.maximum(m, 1.0))[:, None] ** 2
+        step = step * np.maximum(0.0, 1.0 - noise / np.maximum(ss, 1e-300))
     norm = np.linalg.norm(step, axis=1, keepdims=True)
     moved = centres[keep] + step * np.minimum(1.0, r / np.maximum(norm, 1e-300))
     labels, reps = merge_endpoints(moved, merge_radius)
@@ -281,7 +290,7 @@ class Synopsis:
         elif how == "lsr":
             from .memory import LSRMemory
 
-            T = check_steps(self.params["steps"] if steps is None else steps)
+            T = check_steps(max(1, self.params["steps"]) if steps is None else steps)
             out = LSRMemory(self.attractors, radius=self.radius).retrieve(q, T)
             out = np.asarray(out)[:, -1] if out.ndim == 3 else np.asarray(out)
         else:
@@ -335,7 +344,7 @@ class Synopsis:
             f"(seeds: {p.get('method')}/{p.get('release')} at ({self.seed_epsilon:.4g}, "
             f"{self.seed_delta:.3g}) each, {p.get('steps')} steps; {p.get('rounds')} cell "
             f"rounds at rho = {self.cell_rho:.4g} each)",
-            f"  cells            : {p.get('groups')} in round 1 (the endpoints); after each "
+            f"  cells            : {p.get('groups')} in round 1 (seeds and endpoints); after each "
             f"round merged at {p.get('merge_radius'):.4g} and those with noisy count < "
             f"{p.get('min_count'):.3g} dropped",
             "  noisy counts     : " + np.array2string(self.counts, threshold=12),
