@@ -125,21 +125,30 @@ def grams_noise_multiplier(epsilon: float, delta: float, *, iters: int, n: int,
     return hi
 
 
-def merge_points(points: Any, radius: float) -> np.ndarray:
-    """Modes ``(k, d)``: the means of the connected components of ``points`` under
-    "within ``radius``" (single linkage), in order of each component's first point."""
-    from scipy.cluster.hierarchy import fcluster, linkage
-
+def merge_points(points: Any, radius: float, order: Any = None) -> np.ndarray:
+    """Modes ``(k, d)`` by leader clustering (no chaining): points are visited in
+    ``order`` (default: as given); each joins the nearest leader within ``radius``, or
+    becomes a new leader; a mode is the mean of its leader's members, modes in the order
+    their leaders were made."""
     P = np.asarray(points, dtype=np.float64)
     if P.shape[0] <= 1:
         return P.copy()
-    lab = fcluster(linkage(P, method="single"), t=radius, criterion="distance")
-    _, first, inv = np.unique(lab, return_index=True, return_inverse=True)
-    order = np.argsort(first)
-    sums = np.zeros((first.size, P.shape[1]))
-    np.add.at(sums, inv, P)
-    cnt = np.bincount(inv, minlength=first.size)[:, None]
-    return (sums / cnt)[order]
+    idx = np.arange(P.shape[0]) if order is None else np.asarray(order)
+    r2 = float(radius) ** 2
+    leaders: list[int] = []
+    owner = np.empty(P.shape[0], dtype=np.int64)
+    for i in idx:
+        if leaders:
+            d2 = np.sum((P[leaders] - P[i]) ** 2, axis=1)
+            j = int(np.argmin(d2))
+            if d2[j] <= r2:
+                owner[i] = j
+                continue
+        owner[i] = len(leaders)
+        leaders.append(int(i))
+    sums = np.zeros((len(leaders), P.shape[1]))
+    np.add.at(sums, owner, P)
+    return sums / np.bincount(owner, minlength=len(leaders))[:, None]
 
 
 def dp_grams(X: Any, *, epsilon: float, delta: float, bandwidth: float,
@@ -186,9 +195,9 @@ def dp_grams(X: Any, *, epsilon: float, delta: float, bandwidth: float,
     exactly (a step normalised by the non-private ``Σ_j K_j`` would not be).
 
     Merge: final points whose last noisy mass ``S_p`` is below ``2σ`` (noise level) are
-    dropped (all are kept if none passes); the rest are merged by single linkage at
-    ``merge_radius`` (default ``bandwidth``), modes being the component means —
-    post-processing of released values.
+    dropped (all are kept if none passes); the rest are merged by leader clustering
+    (:func:`merge_points`, heaviest noisy mass first) at ``merge_radius`` (default
+    ``bandwidth``), modes being the members' means — post-processing of released values.
 
     Defaults follow the paper: ``iters = ⌈log n⌉``, ``sample_rate = 1/log n`` (batch
     ``n/log n``). With ``return_info=True`` returns ``(modes, info)``, ``info`` a dict
@@ -256,7 +265,9 @@ def dp_grams(X: Any, *, epsilon: float, delta: float, bandwidth: float,
     keep = mass >= floor
     if not np.any(keep):
         keep[:] = True
-    modes = merge_points(P[keep], h if merge_radius is None else float(merge_radius))
+    kept = np.flatnonzero(keep)
+    modes = merge_points(P[kept], h if merge_radius is None else float(merge_radius),
+                         order=np.argsort(-mass[kept], kind="stable"))
     if not return_info:
         return modes
     info = {"points": P, "mass": mass, "noise_multiplier": z, "sigma": sigma, "batch": m,

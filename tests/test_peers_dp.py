@@ -79,7 +79,10 @@ def test_subsampling_amplifies():
 
 def test_merge_points():
     P = np.array([[0.0, 0.0], [0.1, 0.0], [5.0, 5.0], [0.2, 0.0]])
-    np.testing.assert_allclose(peers_dp.merge_points(P, 0.15), [[0.1, 0.0], [5.0, 5.0]])
+    np.testing.assert_allclose(peers_dp.merge_points(P, 0.25), [[0.1, 0.0], [5.0, 5.0]])
+    # no chaining: 0 and 0.2 are 0.2 apart, beyond 0.15 of the leader 0
+    np.testing.assert_allclose(peers_dp.merge_points(P, 0.15),
+                               [[0.05, 0.0], [5.0, 5.0], [0.2, 0.0]])
     assert peers_dp.merge_points(P, 0.05).shape == (4, 2)
 
 
