@@ -208,7 +208,8 @@ def select_completion(st: Setup, rng: np.random.Generator) -> dict[str, float]:
 
 def release(method: str, st: Setup, queries: np.ndarray, r: float, eps: float, seed: int,
             grams: dict[str, float] | None = None, r_cluster: float | None = None,
-            steps: int = STEPS) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+            steps: int = STEPS, merge_radius: float | None = None
+            ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Fit one method under total ``(eps, DELTA)``; returns ``(completions, info)`` where
     ``completions`` maps a row name to the ``(Q, d)`` completed queries and ``info`` holds
     ``centres`` (for the clustering view), the fit's wall time and method notes."""
@@ -247,10 +248,11 @@ def release(method: str, st: Setup, queries: np.ndarray, r: float, eps: float, s
     elif method in ("synopsis", "synopsis_box"):
         pm = brace.PrivateMemory(X, radius=r, budget=(eps, DELTA), accounting="global")
         if method == "synopsis":
-            syn = pm.snapshot(st.seeds, steps=steps, epsilon=None, seed=seed)
+            syn = pm.snapshot(st.seeds, steps=steps, epsilon=None, seed=seed,
+                              merge_radius=merge_radius)
         else:
             syn = pm.snapshot(st.seeds.shape[0], bounds=st.box, steps=steps, epsilon=None,
-                              seed=seed)
+                              seed=seed, public_seed=seed, merge_radius=merge_radius)
         info["fit_s"] = time.perf_counter() - t0
         info["spent"] = float(pm.spent)
         info["k"] = int(syn.attractors.shape[0])
@@ -298,7 +300,8 @@ def clustering(methods: tuple[str, ...], seeds: int, log: Any) -> dict[str, Any]
             for meth in methods:
                 if meth in NOT_PRIVATE and eps != CLUSTER_EPS[0]:
                     continue  # ε-free: once
-                _, info = release(meth, st, st.seeds, r, eps, s, grams, r)
+                _, info = release(meth, st, st.seeds, r, eps, s, grams, r,
+                                  merge_radius=r / 2)
                 lab = nearest(X, info["centres"])
                 rec = rows.setdefault(f"{meth}@{eps:g}", {"ari": [], "nmi": [], "fit_s": [],
                                                           "k": []})
