@@ -3,12 +3,13 @@
 Main entry points: :class:`LSRMemory` / :class:`LSEMemory` (``docs/spec.md`` §1),
 :func:`private_retrieve` (BRACE and baselines, ``docs/spec.md`` §2–§5),
 :func:`plan_release` (what a release will do: mode, γ, calibration, without running it),
-:class:`PrivateMemory` (many queries within one budget, with a persistent ledger),
+:class:`PrivateMemory` (many queries within one budget, with a persistent ledger;
+``snapshot`` / :func:`private_synopsis`: a one-shot synopsis answering any number of queries),
 :mod:`brace.accounting` (``docs/spec.md`` §4), :func:`load_result` (saved releases).
 """
 
 from ._version import __version__
-from .budget import BudgetExceededError, PrivateMemory  # noqa: E402  (needs mechanisms)
+from .budget import BudgetExceededError, PrivateMemory, private_synopsis  # noqa: E402
 from .mechanisms import (
     DEFAULT_KAPPA,
     METHODS,
@@ -21,6 +22,7 @@ from .mechanisms import (
 from .memory import BankMutatedError, LSEMemory, LSRMemory
 from .plan import ReleasePlan, plan_release
 from .results import NoiselessResult, load_result, noiseless_retrieve, save_result
+from .synopsis import Synopsis
 
 __all__ = [
     "BudgetExceededError",
@@ -35,11 +37,13 @@ __all__ = [
     "PrivateMemory",
     "PrivateRetrievalResult",
     "ReleasePlan",
+    "Synopsis",
     "certificate",
     "load_result",
     "noiseless_retrieve",
     "plan_release",
     "private_retrieve",
+    "private_synopsis",
     "save_result",
     "__version__",
 ]

@@ -29,12 +29,35 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+from scipy.optimize import brentq
 
 from . import accounting as acc_events
 from . import ledger as _ledger
-from ._validation import check_delta, check_epsilon, check_queries, check_steps
-from .accounting.filter import ROUNDING, FilterSpec, FootprintIndex, K, convert, event_weights
-from .footprints import footprints, reserved_radius, reserved_steps
+from ._validation import (
+    check_delta,
+    check_epsilon,
+    check_int_at_least,
+    check_queries,
+    check_steps,
+    rng_and_record,
+)
+from .accounting import rho_from_eps_delta
+from .accounting.filter import ROUNDING, FilterSpec, FootprintIndex, K, convert
+from .footprints import (
+    CLEAN_MARGIN,
+    GATE_MARGIN,
+    footprints,
+    reserved_radius,
+    reserved_steps,
+)
+from .ledger_state import (
+    LedgerState,
+    check_budget,
+    inspect_ledger,
+    migrate_json_ledger,
+    plural,
+    weights,
+)
 from .mechanisms import (
     DIAGNOSTIC_FIELDS,
     PRIVATE_METHODS,
@@ -44,8 +67,18 @@ from .mechanisms import (
 from .memory import LSRMemory, pins_bank
 from .plan import plan_release
 from .secure import SECURE_SEED_REASON
+from .synopsis import (
+    CELL_SHARE,
+    Synopsis,
+    cell_sensitivity,
+    cell_sums,
+    cell_unit,
+    merge_endpoints,
+    public_seeds,
+)
 
-__all__ = ["BudgetExceededError", "PrivateMemory", "ACCOUNTINGS", "QUERY_DELTA_SHARE",
+__all__ = ["BudgetExceededError", "PrivateMemory", "private_synopsis", "ACCOUNTINGS",
+           "QUERY_DELTA_SHARE",
            "LedgerState", "inspect_ledger", "migrate_json_ledger"]
 
 ACCOUNTINGS = ("local", "global")
@@ -80,20 +113,6 @@ _REFUSED_KW = {
     "queries": "pass the queries as the first argument",
     "rng": "pass seed= (the release's random draws)",
 }
-
-
-def _check_budget(budget: Any) -> tuple[float, float]:
-    try:
-        eps, delta = budget
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"budget must be a pair (epsilon, delta), e.g. (8.0, 1e-5). Found {budget!r}."
-        ) from None
-    return check_epsilon(eps, "budget epsilon"), check_delta(delta, "budget delta")
-
-
-def _plural(n: int, word: str, plural: str | None = None) -> str:
-    return f"{n} {word if n == 1 else plural or word + 's'}"
 
 
 class PrivateMemory:
@@ -164,7 +183,7 @@ class PrivateMemory:
         # canonical sums: a step reads nothing outside its footprint (privacy-accounting §12.1)
         self._memory = LSRMemory(bank, radius=radius, beta=beta, canonical_sums=True)
         X = self._memory._state().X
-        self._budget = _check_budget(budget)
+        self._budget = check_budget(budget)
         self._accounting = accounting
         self._dim = int(X.shape[1])
         self._fingerprint = _ledger.bank_fingerprint(X, self._memory.radius_)
@@ -311,7 +330,7 @@ class PrivateMemory:
         for record, key, _, radii in rows:
             self._keys.setdefault(key, len(self._rows))
             self._rows.append(record)
-            w = _weights(_ledger.event_from_dict(record["event"]))
+            w = weights(_ledger.event_from_dict(record["event"]))
             ws.append(np.broadcast_to(w, (radii.shape[0], K + 1)))
         self._index.add(np.concatenate([r[2] for r in rows]),
                         np.concatenate([r[3] for r in rows]), np.concatenate(ws),
@@ -394,10 +413,7 @@ class PrivateMemory:
     def _admit_and_run(self, plan, q, T, eps, dlt, method, seed, kw, key, fresh):
         if not fresh and key in self._keys:
             return self._repeat(self._keys[key], q)
-        step_w = _weights(plan.spent.step_event)
-        res_fp = reserved_steps(plan, q)  # a public ball per step, before the bank is read
-        reserved = (res_fp.centres, res_fp.radii,
-                    np.broadcast_to(step_w, (len(res_fp), K + 1)))
+        reserved = self._reserved(plan, q)
         worst = self._worst((reserved,), admission=True)
         if not self._filter.admits(worst):
             self._refuse(worst, reserved[2], plan, q, T, eps, dlt, method)
@@ -406,20 +422,7 @@ class PrivateMemory:
         if res.privacy.rho_per_step != plan.spent.rho_per_step or not res.is_private:
             raise RuntimeError("PrivateMemory: the release was not calibrated as priced.")
         fp = footprints(plan, q, res.outputs)
-        public = res.to_dict()
-        record = {
-            "method": method,
-            "queries": int(q.shape[0]),
-            "steps": T,
-            "dim": self._dim,
-            "epsilon": eps,
-            "delta": dlt,
-            "release": plan.release,
-            "event": _ledger.event_to_dict(plan.spent.step_event),
-            # no seed: it regenerates the noise of the release (docs/ledger.md)
-            "params": {k: v for k, v in public["params"].items() if k != "seed"},
-            "privacy": public["privacy"],
-        }
+        record = self._record(method, q, T, eps, dlt, plan, res)
         counts = getattr(res, "released_counts", None)
         if self._db is not None:  # write-ahead: inserted before the release is returned
             row = self._db.append(call_key=key, record=record, outputs=res.outputs,
@@ -433,6 +436,22 @@ class PrivateMemory:
         else:  # in memory, the object is the only record of the outputs (for repeats)
             self._results[len(self._rows) - 1] = out
         return out
+
+    def _record(self, method, q, T, eps, dlt, plan, res) -> dict[str, Any]:
+        public = res.to_dict()
+        return {
+            "method": method,
+            "queries": int(q.shape[0]),
+            "steps": T,
+            "dim": self._dim,
+            "epsilon": eps,
+            "delta": dlt,
+            "release": plan.release,
+            "event": _ledger.event_to_dict(plan.spent.step_event),
+            # no seed: it regenerates the noise of the release (docs/ledger.md)
+            "params": {k: v for k, v in public["params"].items() if k != "seed"},
+            "privacy": public["privacy"],
+        }
 
     def _repeat(self, pos: int, q: np.ndarray) -> PrivateRetrievalResult:
         """The recorded release at ``pos`` (post-processing: free)."""
@@ -452,8 +471,8 @@ class PrivateMemory:
         before = convert(self._worst(()), b_delta)
         after = convert(worst, b_delta)
         left = max(0.0, b_eps - before)
-        what = (f"this release ({_plural(q.shape[0], 'query', 'queries')} x "
-                f"{_plural(T, 'step')} at ({eps:g}, {dlt:g}) per query, {method}, "
+        what = (f"this release ({plural(q.shape[0], 'query', 'queries')} x "
+                f"{plural(T, 'step')} at ({eps:g}, {dlt:g}) per query, {method}, "
                 f"{plan.release} release)")
         if not worst[K] <= self._filter.delta_direct:
             raise BudgetExceededError(
@@ -505,6 +524,196 @@ class PrivateMemory:
         rho = plan.spent.rho_per_step * plan.releases
         return eps_from_rho_delta(lo * rho, dlt)
 
+    # ----------------------------------------------------------------------------------
+    def affordable_epsilon(self, queries: Any, *, steps: int, delta: float | None = None,
+                           method: str = "brace", noise: str = "plain",
+                           **kw: Any) -> float:
+        """The largest per-query ε at which ``retrieve(queries, steps=…, epsilon=ε, …)``
+        with the same arguments would be admitted now (0.0 if none), to a relative
+        ``1e-6``. Public: it reads only the recorded footprints and the queries. A
+        bisection over ε in log space; each trial prices the call as :meth:`retrieve`
+        does (its plan and reserved footprints)."""
+        if method not in PRIVATE_METHODS:
+            raise ValueError(f"method must be one of {PRIVATE_METHODS}; got {method!r}.")
+        q, _ = check_queries(queries, self._dim, name="queries")
+        T = check_steps(steps)
+        dlt = self._budget[1] * QUERY_DELTA_SHARE if delta is None else check_delta(delta)
+        plan_kw = {k: kw.pop(k) for k in _PLAN_KW if k in kw}
+        if kw:
+            raise TypeError(f"affordable_epsilon got unexpected keywords {sorted(kw)}.")
+
+        def usage(eps: float) -> float:
+            try:
+                plan = plan_release(self._memory, method=method, epsilon=eps, delta=dlt,
+                                    steps=T, queries=q.shape[0], noise=noise, **plan_kw)
+            except ValueError:  # e.g. an explicit count release at a tiny ε
+                return math.inf
+            return self._filter.usage(self._worst((self._reserved(plan, q),),
+                                                  admission=True))
+
+        with self._locked():
+            self._sync_outside()
+            return _largest_fitting(usage, 1e-5, 1e4)
+
+    def _reserved(self, plan: Any, q: np.ndarray) -> tuple:
+        fp = reserved_steps(plan, q)  # a public ball per step, before the bank is read
+        return (fp.centres, fp.radii,
+                np.broadcast_to(weights(plan.spent.step_event), (len(fp), K + 1)))
+
+    @pins_bank
+    def snapshot(self, seeds: Any, *, steps: int = 5, epsilon: float | None = None,
+                 seed: Any = None, bounds: Any = None, public_seed: int = 0,
+                 method: str = "brace", rounds: int = 2, cell_share: float = CELL_SHARE,
+                 merge_radius: float | None = None, min_count: float | None = None,
+                 seed_delta: float | None = None, **kw: Any) -> Synopsis:
+        """A one-shot private synopsis: private retrieval from public ``seeds``, merged
+        into attractors, refined by private cell means with noisy counts, charged once
+        (``docs/privacy-accounting.md`` §14). Later queries are answered from the
+        returned :class:`Synopsis` by post-processing, free.
+
+        1. Each seed runs ``steps`` private retrieval steps (``method``, its default
+           release, output projection on); endpoints within ``merge_radius`` are merged.
+        2. ``rounds`` cell rounds: every bank row within ``r`` of a centre joins the cell
+           of its nearest centre; one Gaussian release gives every cell's noisy offset
+           sum and noisy count (L2 sensitivity ``≈ 2r`` for all cells together: the cells
+           are disjoint); the new centre is ``c + clip_r(sum/count)``. Round 1 starts
+           at the merged endpoints.
+        3. Cells whose noisy count is below ``min_count`` are dropped (the largest is
+           always kept).
+
+        Parameters
+        ----------
+        seeds : (S, d) array of public points, an int ``S`` (uniform in the public box
+            ``bounds``, drawn from ``public_seed``) or ``"grid"`` (d ≤ 3, spacing r over
+            ``bounds``). Seeds must not depend on the bank: public data, past public
+            queries, or a public box. In high d, a seed in an empty region has an empty
+            gate and does not move (``docs/guide.md``, "Which one should I use?").
+        steps : retrieval steps per seed (default 5).
+        epsilon : ε at the budget's δ that the snapshot alone may cost (everything it
+            releases, composed); None spends what the filter admits now. A share
+            ``cell_share`` of its zCDP budget goes to the cell rounds (split evenly);
+            the per-seed ε of the retrieval is then the largest that fits, at per-seed
+            δ ``seed_delta`` (default budget δ / (4S)).
+        seed : the noise's random draws (retrieval, then the cell rounds).
+        method : ``"brace"`` or ``"global"``.
+        merge_radius : single-linkage radius of the merges (default ``r``).
+        min_count : noisy-count threshold (default: the count noise's std times
+            ``sqrt(2·log(4k))`` for ``k`` cells, so an empty cell survives with
+            probability below about ``1/(4k)``).
+        **kw : ``release``, ``kappa``, ``gamma`` as in :meth:`retrieve`.
+
+        Raises :class:`BudgetExceededError` before the bank is read if no snapshot of
+        this shape fits.
+        """
+        if method not in ("brace", "global"):
+            raise ValueError(f"snapshot method must be 'brace' or 'global'; got {method!r}.")
+        for k in kw:
+            if k not in ("release", "kappa", "gamma"):
+                raise TypeError(f"snapshot does not take {k}=.")
+        T = check_steps(steps)
+        R = check_int_at_least("rounds", rounds, 1)
+        S = public_seeds(seeds, self._dim, self.radius, bounds=bounds,
+                         public_seed=public_seed)
+        share = float(cell_share)
+        if not 0.0 < share < 1.0:
+            raise ValueError(f"cell_share must be in (0, 1); got {cell_share!r}.")
+        dlt = (self._budget[1] / (4.0 * S.shape[0]) if seed_delta is None
+               else check_delta(seed_delta, "seed_delta"))
+        mr = self.radius if merge_radius is None else check_epsilon(merge_radius,
+                                                                    "merge_radius")
+        r, n, b_delta = self.radius, self._fingerprint["shape"][0], self._budget[1]
+        unit = cell_unit(r, n)
+        sens = cell_sensitivity(r, unit, self._dim)
+        rng, seed_record = rng_and_record(seed)
+        ctx = self._db.transaction() if self._db is not None else contextlib.nullcontext()
+        with self._locked(), ctx:
+            if self._db is not None:
+                self._check_binding(self._db.meta)
+                self._sync()
+            total = (max(0.0, self._budget[0] - convert(self._worst(()), b_delta))
+                     if epsilon is None else check_epsilon(epsilon))
+            if total <= 0.0:
+                raise BudgetExceededError(
+                    "no budget remains for a snapshot. Nothing was released or spent.",
+                    spent=self._budget[0], remaining=0.0, requested_total=math.inf)
+            rho_cell = share * rho_from_eps_delta(total, b_delta) / R
+            cell_w = weights(acc_events.GaussianStep(rho_cell))
+            hc, hr = np.mean(S, axis=0), _cells_radius(S, T, R, r)
+            res_cells = (np.repeat(hc[None], R, 0), np.full(R, hr), np.tile(cell_w, (R, 1)))
+            plans: dict[float, Any] = {}
+
+            def usage(e: float) -> float:
+                try:
+                    plan = plan_release(self._memory, method=method, epsilon=e, delta=dlt,
+                                        steps=T, queries=S.shape[0], **kw)
+                except ValueError:
+                    return math.inf
+                plans[e] = plan
+                u = self._filter.usage(self._worst((self._reserved(plan, S), res_cells),
+                                                   admission=True))
+                if epsilon is not None:  # the snapshot alone within its own epsilon
+                    alone = convert(weights(plan.spent.step_event) * (S.shape[0] * T)
+                                    + cell_w * R, b_delta)
+                    u = max(u, alone / total)
+                return u
+
+            eps_q = _largest_fitting(usage, 1e-5, 1e4)
+            if eps_q == 0.0:
+                raise BudgetExceededError(
+                    f"no snapshot of {S.shape[0]} seeds x {T} steps and {R} cell rounds "
+                    "fits in what remains of the budget. Use fewer seeds, steps or rounds. "
+                    "Nothing was released or spent.", spent=self.spent,
+                    remaining=self.remaining, requested_total=math.inf)
+            plan = plans[eps_q]
+            res = private_retrieve(self._memory, S, method=method, epsilon=eps_q,
+                                   delta=dlt, steps=T, seed=rng, **kw)
+            if res.privacy.rho_per_step != plan.spent.rho_per_step or not res.is_private:
+                raise RuntimeError("snapshot: the release was not calibrated as priced.")
+            Y = res.outputs[:, -1]
+            labels, reps = merge_endpoints(Y, mr)
+            centres, sigma = Y[reps], sens / math.sqrt(2.0 * rho_cell)
+            released = []
+            for _ in range(R):  # each round: one Gaussian release over disjoint cells
+                cnt, sums, _ = cell_sums(self.bank, centres, r)
+                noisy = np.concatenate([sums, r * cnt[:, None]], axis=1) + sigma * \
+                    rng.standard_normal((centres.shape[0], self._dim + 1))
+                released.append((centres, noisy))
+                m = noisy[:, -1] / r
+                step = noisy[:, :-1] / np.maximum(m, 1.0)[:, None]
+                norm = np.linalg.norm(step, axis=1, keepdims=True)
+                centres = centres + step * np.minimum(1.0, r / np.maximum(norm, 1e-300))
+            key = _call_key(S, T, eps_q, dlt, method, plan, kw)
+            fp = footprints(plan, S, res.outputs)
+            rows = [(self._record(method, S, T, eps_q, dlt, plan, res), key, fp.centres,
+                     fp.radii, res.outputs, getattr(res, "released_counts", None))]
+            for i, (c, v) in enumerate(released):
+                rows.append(({
+                    "method": _ledger.CELLS_METHOD, "queries": int(c.shape[0]), "steps": 1,
+                    "dim": self._dim, "epsilon": convert(cell_w, b_delta),
+                    "delta": b_delta, "release": "cells",
+                    "event": _ledger.event_to_dict(acc_events.GaussianStep(rho_cell)),
+                    "params": {"radius": r, "sensitivity": sens, "unit": unit,
+                               "round": i + 1, "of": key}, "privacy": {},
+                }, f"cells:{key}:{len(self._rows)}:{i}", hc[None], np.array([hr]),
+                    np.concatenate([c[:, None, :], v[:, None, :-1]], axis=1),
+                    None))
+            if self._db is not None:
+                for k_, row in enumerate(rows):
+                    got = self._db.append(call_key=row[1], record=row[0], outputs=row[4],
+                                          released_counts=row[5], centres=row[2],
+                                          radii=row[3])
+                    rows[k_] = (got.record, *row[1:])
+            self._absorb([row[:4] for row in rows])
+            if self._db is not None:
+                self._last_id, self._last_mac = got.id, self._db.meta["head"]["mac"]
+            else:
+                self._results[len(self._rows) - len(rows)] = dataclasses.replace(
+                    res, **dict.fromkeys(DIAGNOSTIC_FIELDS))
+            cost = convert(weights(plan.spent.step_event) * (S.shape[0] * T) + cell_w * R,
+                           b_delta)
+        return _synopsis(self, S, Y, labels, released[-1][1], centres, sigma, min_count,
+                         mr, cost, eps_q, dlt, rho_cell, plan, T, R, seed_record, kw)
+
     def __repr__(self) -> str:
         eps, delta = self._budget
         where = f", ledger={os.fspath(self._db.path)!r}" if self._db is not None else ""
@@ -513,19 +722,6 @@ class PrivateMemory:
                 f"d={self._fingerprint['shape'][1]}, radius={self._memory.radius_:g}, "
                 f"budget=({eps:g}, {delta:g}), accounting={self._accounting!r}{where}; "
                 f"spent {spent:.4g}, remaining {max(0.0, eps - spent):.4g})")
-
-
-_WEIGHTS: dict[Any, np.ndarray] = {}
-
-
-def _weights(event: Any) -> np.ndarray:
-    got = _WEIGHTS.get(event)
-    if got is None:
-        got = event_weights(event)
-        got.setflags(write=False)
-        if len(_WEIGHTS) < 4096:
-            _WEIGHTS[event] = got
-    return got
 
 
 def _call_key(q: np.ndarray, T: int, eps: float, dlt: float, method: str, plan: Any,
@@ -546,133 +742,87 @@ def _call_key(q: np.ndarray, T: int, eps: float, dlt: float, method: str, plan: 
     return h.hexdigest()
 
 
-@dataclasses.dataclass(frozen=True)
-class LedgerState:
-    """A ledger as read from disk (no bank needed): its binding, budget, filter, records
-    and what they spend under both accountings (ε at the budget's δ, worst pair)."""
+def _largest_fitting(usage: Any, lo: float, hi: float, rel: float = 1e-5) -> float:
+    """The largest ``x ∈ [lo, hi]`` whose filter ``usage(x)`` is ≤ 1 (``usage``
+    nondecreasing; ``inf`` where the call cannot be planned), to about a relative
+    ``rel``: Brent's method on ``log usage`` against ``log x`` (nearly linear for
+    Gaussian steps), then a check that the answer itself is admitted; 0.0 if ``lo`` is
+    not."""
+    cache: dict[float, float] = {}
 
-    path: str
-    fingerprint: dict[str, Any]
-    budget_epsilon: float
-    budget_delta: float
-    filter: dict[str, Any]
-    created: str
-    releases: tuple[dict[str, Any], ...]
-    spent_local: float
-    spent_global: float
+    def g(t: float) -> float:
+        if t not in cache:
+            u = usage(math.exp(t))
+            cache[t] = 700.0 if not u < math.inf else math.log(max(u, 1e-300))
+        return cache[t]
 
-    @property
-    def remaining(self) -> float:
-        """``budget ε − spent_local`` (≥ 0): local never reports more than global."""
-        return max(0.0, self.budget_epsilon - self.spent_local)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "path": self.path, "fingerprint": dict(self.fingerprint),
-            "budget": {"epsilon": self.budget_epsilon, "delta": self.budget_delta},
-            "filter": dict(self.filter), "created": self.created,
-            "releases": [dict(r) for r in self.releases],
-            "spent_local_epsilon": _finite(self.spent_local),
-            "spent_global_epsilon": _finite(self.spent_global),
-            "remaining_epsilon": self.remaining, "at_delta": self.budget_delta,
-        }
-
-    def summary(self, last: int = 20) -> str:
-        fp = self.fingerprint
-        lines = [
-            f"ledger {self.path}",
-            f"  bank fingerprint : sha256 {fp.get('sha256')}",
-            f"                     shape {tuple(fp.get('shape', ()))}, dtype "
-            f"{fp.get('dtype')}, radius {fp.get('radius')}",
-            f"  budget           : ({self.budget_epsilon:g}, {self.budget_delta:g})-DP over "
-            "the whole adaptive history (privacy filter, docs/privacy-accounting.md §12)",
-            f"  releases         : {len(self.releases)}",
-        ]
-        shown = self.releases[-last:]
-        first = len(self.releases) - len(shown) + 1
-        if first > 1:
-            lines.append(f"    ... {first - 1} earlier release(s) not shown")
-        for i, r in enumerate(shown, first):
-            lines.append(
-                f"    {i:>5}. method={r['method']}  release={r.get('release')}  "
-                f"{_plural(r['queries'], 'query', 'queries')} x "
-                f"{_plural(r['steps'], 'step')}  per query ({r['epsilon']:g}, "
-                f"{r['delta']:g})")
-        lines += [
-            f"  spent (local)    : eps = {self.spent_local:.6g} at delta = "
-            f"{self.budget_delta:g} (worst pair of neighbours; steps charged where their "
-            "footprints reach)",
-            f"  spent (global)   : eps = {self.spent_global:.6g} at delta = "
-            f"{self.budget_delta:g} (every step charged to every row)",
-            f"  remaining        : eps = {self.remaining:.6g} of {self.budget_epsilon:g}",
-        ]
-        return "\n".join(lines)
+    a, b = math.log(lo), math.log(hi)
+    if g(a) > 0.0:
+        return 0.0
+    if g(b) <= 0.0:
+        return hi
+    t = brentq(g, a, b, xtol=rel * 0.1, rtol=1e-12, maxiter=200)
+    t = min(t, b)
+    step = rel
+    while g(t) > 0.0 and t > a:  # land on the admitted side
+        t = max(a, t - step)
+        step *= 2.0
+    return math.exp(t) if g(t) <= 0.0 else 0.0
 
 
-def _finite(v: float) -> float | None:
-    return v if math.isfinite(v) else None
+def _cells_radius(S: np.ndarray, T: int, R: int, r: float) -> float:
+    """Radius of one public ball around the seeds' mean that holds every row a
+    snapshot's cell rounds can read: round 1's centres are endpoints
+    ``Y_T ∈ B̄(s, (T+1)r)`` (output projection), each round moves a centre by at most
+    ``r`` (the clip), and a counted row lies within ``r(1 + GATE_MARGIN)`` of its centre
+    (``docs/privacy-accounting.md`` §14)."""
+    c = np.mean(S, axis=0)
+    spread = float(np.max(np.linalg.norm(S - c, axis=1)))
+    return (spread + (T + 1) * r * (1.0 + CLEAN_MARGIN) + (R - 1) * r * (1.0 + 1e-12)
+            + r * (1.0 + GATE_MARGIN)) * (1.0 + GATE_MARGIN)
 
 
-def inspect_ledger(path: str | os.PathLike, *, ledger_key: bytes | str | None = None
-                   ) -> LedgerState:
-    """Read and verify a ledger without its bank (:class:`LedgerState`)."""
-    db = _ledger.Ledger.open(path, key=ledger_key)
-    try:
-        rows = db.read_since(0, "")
-        meta = db.meta
-    finally:
-        db.close()
-    dim = int(meta["fingerprint"].get("shape", [0, 1])[1])
-    index = FootprintIndex(dim)
-    if rows:
-        index.add(np.concatenate([r.centres for r in rows]),
-                  np.concatenate([r.radii for r in rows]),
-                  np.concatenate([np.broadcast_to(
-                      _weights(_ledger.event_from_dict(r.record["event"])),
-                      (r.radii.shape[0], K + 1)) for r in rows]))
-    b = meta["budget"]
-    delta = float(b["delta"])
-    return LedgerState(
-        str(path), dict(meta["fingerprint"]), float(b["epsilon"]), delta,
-        dict(meta["filter"]), str(meta["created"]), tuple(r.record for r in rows),
-        convert(index.worst_pair(), delta), convert(index.global_weights(), delta))
+def _synopsis(pm: PrivateMemory, S, Y, labels, last, centres, sigma, min_count, mr, cost,
+              eps_q, dlt, rho_cell, plan, T, R, seed_record, kw) -> Synopsis:
+    """Post-processing of a snapshot's releases into a :class:`Synopsis`: the last
+    round's centres and noisy counts, pruned by ``min_count`` and merged again."""
+    r = pm.radius
+    counts = last[:, -1] / r
+    k = counts.shape[0]
+    thr = (sigma / r) * math.sqrt(2.0 * math.log(4.0 * k)) if min_count is None \
+        else float(min_count)
+    keep = counts >= thr
+    keep[int(np.argmax(counts))] = True
+    kept = np.flatnonzero(keep)
+    lab2, rep2 = merge_endpoints(centres[kept], mr)  # cells that converged together
+    g = rep2.size
+    att = np.zeros((g, centres.shape[1]))
+    wsum = np.zeros(g)
+    wts = np.maximum(counts[kept], 1.0)
+    np.add.at(att, lab2, centres[kept] * wts[:, None])
+    np.add.at(wsum, lab2, wts)
+    att /= wsum[:, None]
+    cnt = np.zeros(g)
+    np.add.at(cnt, lab2, counts[kept])
+    cell_of = np.full(k, -1, dtype=np.int64)
+    cell_of[kept] = lab2
+    return Synopsis(
+        attractors=att, counts=np.rint(cnt).astype(np.int64), radius=r, seeds=S,
+        endpoints=Y, labels=cell_of[labels], epsilon=cost, delta=pm.budget[1],
+        seed_epsilon=eps_q, seed_delta=dlt, cell_rho=rho_cell,
+        params={"method": plan.method, "release": plan.release, "steps": T, "rounds": R,
+                "seeds": int(S.shape[0]), "groups": int(k), "merge_radius": mr,
+                "min_count": thr, "count_std": sigma / r, "accounting": pm.accounting,
+                "seed": seed_record, **{k_: repr(v) for k_, v in kw.items()}})
 
 
-def migrate_json_ledger(source: str | os.PathLike, target: str | os.PathLike, *,
-                        ledger_key: bytes | str | None = None) -> LedgerState:
-    """Migrate a JSON ledger of the earlier format (``brace-ledger/1``) to a new SQLite
-    ledger: same bank fingerprint and budget; each old release is recorded with its
-    event and footprints of infinite radius (it is charged to every row, as it was),
-    and can never be a free repeat (its outputs were not recorded)."""
-    old = _ledger.read_json_ledger(source)
-    b = old["budget"]
-    budget = _check_budget((b.get("epsilon"), b.get("delta")))
-    spec = dataclasses.asdict(FilterSpec.for_budget(*budget))
-    spec["orders"] = list(spec["orders"])
-    fp = old["fingerprint"]
-    dim = int(fp["shape"][1])
-    db = _ledger.Ledger.create(target, fingerprint=fp, budget=budget, filter_spec=spec,
-                               key=ledger_key)
-    try:
-        with db.transaction():
-            for i, rec in enumerate(old["releases"], 1):
-                if not isinstance(rec, dict):
-                    raise _ledger.LedgerError(f"JSON ledger {source}: release {i} is not "
-                                              "an object.")
-                ev = _ledger.event_from_dict(rec.get("event"))
-                step, count = (ev.event, ev.count) if isinstance(
-                    ev, acc_events.SelfComposed) else (ev, 1)
-                new = {k: rec.get(k) for k in ("method", "epsilon", "delta", "params")}
-                # one footprint per recorded step, of infinite radius; shaped as
-                # ``count`` one-step queries (the old outputs were not recorded)
-                new.update(queries=int(count), steps=1, dim=dim,
-                           release=str((rec.get("params") or {}).get("release", "migrated")),
-                           event=_ledger.event_to_dict(step), migrated_from=str(source),
-                           privacy={})
-                c = int(count)
-                db.append(call_key=f"migrated:{i}", record=new,
-                          outputs=np.zeros((c, 1, dim)), released_counts=None,
-                          centres=np.zeros((c, dim)), radii=np.full(c, math.inf))
-    finally:
-        db.close()
-    return inspect_ledger(target, ledger_key=ledger_key)
+def private_synopsis(bank: Any, *, epsilon: float, delta: float, seeds: Any,
+                     radius: float | None = None, beta: float | None = None,
+                     steps: int = 5, seed: Any = None, **kw: Any) -> Synopsis:
+    """A one-shot ``(epsilon, delta)``-DP synopsis of ``bank``: a fresh
+    :class:`PrivateMemory` with that budget (global accounting) spent on one
+    :meth:`PrivateMemory.snapshot` (``docs/privacy-accounting.md`` §14). Keywords as
+    :meth:`PrivateMemory.snapshot`."""
+    pm = PrivateMemory(bank, radius=radius, beta=beta, budget=(epsilon, delta),
+                       accounting="global")
+    return pm.snapshot(seeds, steps=steps, epsilon=None, seed=seed, **kw)

@@ -190,6 +190,9 @@ class ReleaseRow:
     radii: np.ndarray
 
 
+#: the method of a record of a synopsis's cell release (``docs/privacy-accounting.md`` §14)
+CELLS_METHOD = "synopsis-cells"
+
 _RECORD_FIELDS = {
     "method": str, "queries": int, "steps": int, "dim": int, "epsilon": float,
     "delta": float, "event": dict, "params": dict, "release": str,
@@ -210,7 +213,7 @@ def _check_record(rec: Any, where: str) -> dict[str, Any]:
             isinstance(v, int | float) and not isinstance(v, bool))
         if not ok:
             raise LedgerError(f"{where}: field {k!r} must be {typ.__name__}; got {v!r}.")
-    if rec["method"] not in PRIVATE_METHODS:
+    if rec["method"] not in (*PRIVATE_METHODS, CELLS_METHOD):
         raise LedgerError(f"{where}: method {rec['method']!r} is not a private method.")
     _int(rec["queries"], f"{where} 'queries'", 1)
     _int(rec["steps"], f"{where} 'steps'", 1)

@@ -1,0 +1,179 @@
+"""A ledger read without its bank: :class:`LedgerState`, :func:`inspect_ledger` and
+:func:`migrate_json_ledger` (``docs/ledger.md``), and the cached filter weights of an
+event that :class:`brace.PrivateMemory` and these share."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Any
+
+import numpy as np
+
+from . import accounting as acc_events
+from . import ledger as _ledger
+from ._validation import check_delta, check_epsilon
+from .accounting.filter import FilterSpec, FootprintIndex, K, convert, event_weights
+
+__all__ = ["LedgerState", "inspect_ledger", "migrate_json_ledger", "check_budget",
+           "plural", "weights"]
+
+
+def check_budget(budget: Any) -> tuple[float, float]:
+    try:
+        eps, delta = budget
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"budget must be a pair (epsilon, delta), e.g. (8.0, 1e-5). Found {budget!r}."
+        ) from None
+    return check_epsilon(eps, "budget epsilon"), check_delta(delta, "budget delta")
+
+
+def plural(n: int, word: str, plural: str | None = None) -> str:
+    return f"{n} {word if n == 1 else plural or word + 's'}"
+
+
+_WEIGHTS: dict[Any, np.ndarray] = {}
+
+
+def weights(event: Any) -> np.ndarray:
+    got = _WEIGHTS.get(event)
+    if got is None:
+        got = event_weights(event)
+        got.setflags(write=False)
+        if len(_WEIGHTS) < 4096:
+            _WEIGHTS[event] = got
+    return got
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerState:
+    """A ledger as read from disk (no bank needed): its binding, budget, filter, records
+    and what they spend under both accountings (ε at the budget's δ, worst pair)."""
+
+    path: str
+    fingerprint: dict[str, Any]
+    budget_epsilon: float
+    budget_delta: float
+    filter: dict[str, Any]
+    created: str
+    releases: tuple[dict[str, Any], ...]
+    spent_local: float
+    spent_global: float
+
+    @property
+    def remaining(self) -> float:
+        """``budget ε − spent_local`` (≥ 0): local never reports more than global."""
+        return max(0.0, self.budget_epsilon - self.spent_local)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path, "fingerprint": dict(self.fingerprint),
+            "budget": {"epsilon": self.budget_epsilon, "delta": self.budget_delta},
+            "filter": dict(self.filter), "created": self.created,
+            "releases": [dict(r) for r in self.releases],
+            "spent_local_epsilon": _finite(self.spent_local),
+            "spent_global_epsilon": _finite(self.spent_global),
+            "remaining_epsilon": self.remaining, "at_delta": self.budget_delta,
+        }
+
+    def summary(self, last: int = 20) -> str:
+        fp = self.fingerprint
+        lines = [
+            f"ledger {self.path}",
+            f"  bank fingerprint : sha256 {fp.get('sha256')}",
+            f"                     shape {tuple(fp.get('shape', ()))}, dtype "
+            f"{fp.get('dtype')}, radius {fp.get('radius')}",
+            f"  budget           : ({self.budget_epsilon:g}, {self.budget_delta:g})-DP over "
+            "the whole adaptive history (privacy filter, docs/privacy-accounting.md §12)",
+            f"  releases         : {len(self.releases)}",
+        ]
+        shown = self.releases[-last:]
+        first = len(self.releases) - len(shown) + 1
+        if first > 1:
+            lines.append(f"    ... {first - 1} earlier release(s) not shown")
+        for i, r in enumerate(shown, first):
+            lines.append(
+                f"    {i:>5}. method={r['method']}  release={r.get('release')}  "
+                f"{plural(r['queries'], 'query', 'queries')} x "
+                f"{plural(r['steps'], 'step')}  per query ({r['epsilon']:g}, "
+                f"{r['delta']:g})")
+        lines += [
+            f"  spent (local)    : eps = {self.spent_local:.6g} at delta = "
+            f"{self.budget_delta:g} (worst pair of neighbours; steps charged where their "
+            "footprints reach)",
+            f"  spent (global)   : eps = {self.spent_global:.6g} at delta = "
+            f"{self.budget_delta:g} (every step charged to every row)",
+            f"  remaining        : eps = {self.remaining:.6g} of {self.budget_epsilon:g}",
+        ]
+        return "\n".join(lines)
+
+
+def _finite(v: float) -> float | None:
+    return v if math.isfinite(v) else None
+
+
+def inspect_ledger(path: str | os.PathLike, *, ledger_key: bytes | str | None = None
+                   ) -> LedgerState:
+    """Read and verify a ledger without its bank (:class:`LedgerState`)."""
+    db = _ledger.Ledger.open(path, key=ledger_key)
+    try:
+        rows = db.read_since(0, "")
+        meta = db.meta
+    finally:
+        db.close()
+    dim = int(meta["fingerprint"].get("shape", [0, 1])[1])
+    index = FootprintIndex(dim)
+    if rows:
+        index.add(np.concatenate([r.centres for r in rows]),
+                  np.concatenate([r.radii for r in rows]),
+                  np.concatenate([np.broadcast_to(
+                      weights(_ledger.event_from_dict(r.record["event"])),
+                      (r.radii.shape[0], K + 1)) for r in rows]))
+    b = meta["budget"]
+    delta = float(b["delta"])
+    return LedgerState(
+        str(path), dict(meta["fingerprint"]), float(b["epsilon"]), delta,
+        dict(meta["filter"]), str(meta["created"]), tuple(r.record for r in rows),
+        convert(index.worst_pair(), delta), convert(index.global_weights(), delta))
+
+
+def migrate_json_ledger(source: str | os.PathLike, target: str | os.PathLike, *,
+                        ledger_key: bytes | str | None = None) -> LedgerState:
+    """Migrate a JSON ledger of the earlier format (``brace-ledger/1``) to a new SQLite
+    ledger: same bank fingerprint and budget; each old release is recorded with its
+    event and footprints of infinite radius (it is charged to every row, as it was),
+    and can never be a free repeat (its outputs were not recorded)."""
+    old = _ledger.read_json_ledger(source)
+    b = old["budget"]
+    budget = check_budget((b.get("epsilon"), b.get("delta")))
+    spec = dataclasses.asdict(FilterSpec.for_budget(*budget))
+    spec["orders"] = list(spec["orders"])
+    fp = old["fingerprint"]
+    dim = int(fp["shape"][1])
+    db = _ledger.Ledger.create(target, fingerprint=fp, budget=budget, filter_spec=spec,
+                               key=ledger_key)
+    try:
+        with db.transaction():
+            for i, rec in enumerate(old["releases"], 1):
+                if not isinstance(rec, dict):
+                    raise _ledger.LedgerError(f"JSON ledger {source}: release {i} is not "
+                                              "an object.")
+                ev = _ledger.event_from_dict(rec.get("event"))
+                step, count = (ev.event, ev.count) if isinstance(
+                    ev, acc_events.SelfComposed) else (ev, 1)
+                new = {k: rec.get(k) for k in ("method", "epsilon", "delta", "params")}
+                # one footprint per recorded step, of infinite radius; shaped as
+                # ``count`` one-step queries (the old outputs were not recorded)
+                new.update(queries=int(count), steps=1, dim=dim,
+                           release=str((rec.get("params") or {}).get("release", "migrated")),
+                           event=_ledger.event_to_dict(step), migrated_from=str(source),
+                           privacy={})
+                c = int(count)
+                db.append(call_key=f"migrated:{i}", record=new,
+                          outputs=np.zeros((c, 1, dim)), released_counts=None,
+                          centres=np.zeros((c, dim)), radii=np.full(c, math.inf))
+    finally:
+        db.close()
+    return inspect_ledger(target, ledger_key=ledger_key)

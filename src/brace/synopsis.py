@@ -1,0 +1,321 @@
+"""A one-shot private synopsis of the memory: attractors with noisy counts.
+
+:meth:`brace.PrivateMemory.snapshot` runs private retrieval from *public* seeds, charges
+the budget once, and returns a :class:`Synopsis`; every later query is answered from it
+by post-processing, at no further cost (``docs/privacy-accounting.md`` §14,
+``docs/spec.md`` §8). This module holds the parts that need no budget: the public seeds,
+the merge of the released endpoints, the per-row histogram and the :class:`Synopsis`.
+
+The synopsis of released endpoints ``Y_s`` (one per seed ``s``):
+
+1. *Merge* (post-processing): endpoints within ``merge_radius`` of each other are joined
+   (single linkage); each group's *representative* (the member nearest to the group's
+   mean) is a first centre ``c_j``.
+2. *Cell rounds* (private releases): each bank row ``x`` joins the cell of the nearest
+   centre ``c_j`` among those with ``‖x − c_j‖ ≤ r`` (none: no cell). One Gaussian
+   release gives, for every cell, the sum of its rows' offsets ``x − c_j`` (rounded to
+   a public grid) and ``r`` times its count. Replacing one row changes this stacked
+   vector by at most ``2a ≈ 2r`` in L2, however many cells there are (the cells are
+   disjoint): :func:`cell_sensitivity`. The next centre is
+   ``c_j + clip_r(sum_j / count_j)`` (post-processing).
+3. *Prune* (post-processing): cells with noisy count below ``min_count`` are dropped
+   (the largest is always kept); the rest are merged again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any
+
+import numpy as np
+from scipy.sparse import csr_array
+from scipy.sparse.csgraph import connected_components
+from scipy.spatial import cKDTree
+
+from ._io import strict_json
+from ._validation import check_positive, check_queries, check_steps
+
+__all__ = [
+    "CELL_SHARE",
+    "MAX_SEEDS",
+    "Synopsis",
+    "cell_sensitivity",
+    "cell_sums",
+    "merge_endpoints",
+    "public_seeds",
+]
+
+CELL_SHARE = 0.5  # default share of a snapshot's zCDP budget spent on the cell rounds
+MAX_SEEDS = 1 << 14
+_TILE = 1 << 22  # entries of one (rows × cells × d) difference block of the histogram
+
+
+def public_seeds(seeds: Any, dim: int, radius: float, *, bounds: Any = None,
+                 public_seed: int = 0) -> np.ndarray:
+    """The public seeds ``(S, d)`` of a snapshot: an array of public points as given; an
+    int ``S``: ``S`` points uniform in the public box ``bounds = (lo, hi)`` (scalars or
+    ``(d,)``), drawn from ``public_seed`` (public, so the seeds may be published);
+    ``"grid"`` (``d ≤ 3``): the grid of spacing ``r`` over the box. Nothing here reads
+    the bank."""
+    if isinstance(seeds, str):
+        if seeds != "grid":
+            raise ValueError(f"seeds must be an array of public points, an int or 'grid'; "
+                             f"got {seeds!r}.")
+        if dim > 3:
+            raise ValueError(f"seeds='grid' is for d <= 3 (a grid of spacing r in d = {dim} "
+                             "is too large); pass public points or an int with bounds.")
+        lo, hi = _box(bounds, dim)
+        axes = [np.arange(lo[i], hi[i] + 0.5 * radius, radius) for i in range(dim)]
+        size = math.prod(len(a) for a in axes)
+        if size > MAX_SEEDS:
+            raise ValueError(f"the grid of spacing r = {radius:g} over the box has {size} "
+                             f"points, more than {MAX_SEEDS}; use a smaller box or an int.")
+        return np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, dim)
+    if isinstance(seeds, int | np.integer) and not isinstance(seeds, bool):
+        s = int(seeds)
+        if not 1 <= s <= MAX_SEEDS:
+            raise ValueError(f"seeds (a count) must be in [1, {MAX_SEEDS}]; got {s}.")
+        lo, hi = _box(bounds, dim)
+        return np.random.default_rng(public_seed).uniform(lo, hi, size=(s, dim))
+    if bounds is not None:
+        raise ValueError("bounds= is for seeds given as a count or 'grid'.")
+    pts, _ = check_queries(seeds, dim, name="seeds")
+    if pts.shape[0] > MAX_SEEDS:
+        raise ValueError(f"at most {MAX_SEEDS} seeds; got {pts.shape[0]}.")
+    return pts
+
+
+def _box(bounds: Any, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    if bounds is None:
+        raise ValueError("seeds given as a count or 'grid' need bounds=(lo, hi): a public "
+                         "box (scalars or arrays of length d).")
+    try:
+        lo, hi = bounds
+        lo = np.broadcast_to(np.asarray(lo, dtype=np.float64), (dim,)).copy()
+        hi = np.broadcast_to(np.asarray(hi, dtype=np.float64), (dim,)).copy()
+    except (TypeError, ValueError):
+        raise ValueError(f"bounds must be (lo, hi), each a number or an array of length "
+                         f"{dim}; got {bounds!r}.") from None
+    if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and np.all(lo < hi)):
+        raise ValueError(f"bounds must be finite with lo < hi in every coordinate; got "
+                         f"{bounds!r}.")
+    return lo, hi
+
+
+def merge_endpoints(endpoints: np.ndarray, merge_radius: float
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Single-linkage groups of the endpoints at ``merge_radius`` (post-processing):
+    ``(labels (S,), representatives (k,))`` with groups numbered by their first member
+    and each representative the member nearest to its group's mean (lowest index on a
+    tie)."""
+    Y = np.asarray(endpoints, dtype=np.float64)
+    S = Y.shape[0]
+    pairs = cKDTree(Y).query_pairs(merge_radius, output_type="ndarray")
+    g = csr_array((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(S, S)) \
+        if len(pairs) else csr_array((S, S))
+    _, raw = connected_components(g, directed=False)
+    _, first, labels = np.unique(raw, return_index=True, return_inverse=True)
+    order = np.argsort(np.argsort(first))  # renumber by first appearance
+    labels = order[labels]
+    k = int(labels.max()) + 1
+    cnt = np.bincount(labels, minlength=k)
+    means = np.zeros((k, Y.shape[1]))
+    np.add.at(means, labels, Y)
+    means /= cnt[:, None]
+    dist = np.linalg.norm(Y - means[labels], axis=1)
+    reps = np.array([np.flatnonzero(labels == j)[np.argmin(dist[labels == j])]
+                     for j in range(k)], dtype=np.int64)
+    return labels, reps
+
+
+def cell_unit(radius: float, n: int) -> float:
+    """The public grid of a cell sum: ``r·2^-b``, ``b = min(30, 51 − ⌈log2(n + 1)⌉)``, so
+    that a sum of ``n`` rounded offsets (each at most ``2^b + 1`` units) stays below
+    ``2^53`` units: exact in int64 and in float64."""
+    b = min(30, 51 - math.ceil(math.log2(n + 1)))
+    return math.ldexp(float(radius), -b)
+
+
+def cell_sensitivity(radius: float, unit: float, dim: int) -> float:
+    """L2 sensitivity ``2a`` of one cell round's release (every cell's rounded offset
+    sum and ``r`` times its count, stacked), ``a = r(1 + 2e-8) + unit·sqrt(d)/2`` the
+    largest norm of one row's rounded offset (``docs/privacy-accounting.md`` §14)."""
+    a = float(radius) * (1.0 + 2e-8) + unit * math.sqrt(dim) / 2.0
+    return 2.0 * a * (1.0 + 1e-12)
+
+
+def cell_sums(bank: Any, centres: np.ndarray, radius: float
+              ) -> tuple[np.ndarray, np.ndarray, float]:
+    """The exact cell statistics of a synopsis round: ``(counts (k,) int64, sums (k, d)
+    float64, unit)``. Row ``x`` belongs to the cell of its nearest centre among those
+    with ``‖x − c_j‖ ≤ radius`` (none: no cell); ``sums[j]`` is the sum over cell ``j``
+    of ``x − c_j`` rounded to the public grid ``unit`` (:func:`cell_unit`), added
+    exactly in integers (no sum depends on the order of the rows) and exactly
+    representable in float64.
+
+    A row's cell and rounded offset are computed from that row and the public centres
+    only — squared distances summed coordinate by coordinate, row by row, never by a
+    matrix product whose blocking may depend on other rows — so each is a fixed
+    function of the row (``docs/privacy-accounting.md`` §14). A counted row lies within
+    ``radius·(1 + 1e-8)`` of its centre."""
+    C = np.asarray(centres, dtype=np.float64)
+    k, d = C.shape
+    r2 = float(radius) ** 2
+    n = bank.shape[0]
+    unit = cell_unit(radius, n)
+    counts = np.zeros(k, dtype=np.int64)
+    sums = np.zeros((k, d), dtype=np.int64)
+    step = max(1, _TILE // max(1, k * d))
+    for i in range(0, n, step):
+        X = np.asarray(bank[i:i + step], dtype=np.float64)
+        diff = X[:, None, :] - C[None, :, :]
+        d2 = (diff * diff).sum(axis=2)
+        if not np.all(np.isfinite(d2)):
+            raise ValueError("a squared distance between a bank row and a centre is not "
+                             "finite: the bank or the centres are out of the float64 range.")
+        d2 = np.where(d2 <= r2, d2, np.inf)
+        j = np.argmin(d2, axis=1)
+        rows = np.flatnonzero(np.isfinite(d2[np.arange(X.shape[0]), j]))
+        if rows.size:
+            off = np.rint(diff[rows, j[rows]] / unit).astype(np.int64)  # |off| <= 2^b + 1
+            np.add.at(sums, j[rows], off)
+            counts += np.bincount(j[rows], minlength=k)
+    return counts, sums.astype(np.float64) * unit, unit
+
+
+@dataclasses.dataclass(frozen=True)
+class Synopsis:
+    """A private synopsis of an LSR memory (:meth:`brace.PrivateMemory.snapshot`).
+
+    Everything here is released (public): answering from it is post-processing and
+    costs nothing (``docs/privacy-accounting.md`` §14).
+
+    Attributes
+    ----------
+    attractors : (k, d) the kept attractors (the last cell round's centres, merged).
+    counts : (k,) int64 their noisy memory counts (the last round's, rounded).
+    radius : the memory's support radius ``r``.
+    seeds : (S, d) the public seeds; ``endpoints`` (S, d) their released endpoints
+        ``Y_T``; ``labels`` (S,) the group of each endpoint (−1: its group was pruned).
+    epsilon, delta : what the snapshot alone costs, ε at ``delta`` (its seeds' steps and
+        its cell rounds composed); ``seed_epsilon``, ``seed_delta``: the per-seed target
+        of the retrieval; ``cell_rho``: the zCDP parameter of each cell round.
+    params : the release's public parameters (method, release, steps, merge_radius,
+        min_count, accounting of the bank, …).
+    """
+
+    attractors: np.ndarray
+    counts: np.ndarray
+    radius: float
+    seeds: np.ndarray
+    endpoints: np.ndarray
+    labels: np.ndarray
+    epsilon: float
+    delta: float
+    seed_epsilon: float
+    seed_delta: float
+    cell_rho: float
+    params: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        for name in ("attractors", "counts", "seeds", "endpoints", "labels"):
+            a = np.array(getattr(self, name))
+            a.setflags(write=False)
+            object.__setattr__(self, name, a)
+
+    @property
+    def n_attractors(self) -> int:
+        return int(self.attractors.shape[0])
+
+    def assign(self, points: Any) -> np.ndarray:
+        """``(n,)`` int: the index of the nearest attractor of each point (lowest on a
+        tie). Post-processing."""
+        p, _ = check_queries(points, self.attractors.shape[1], name="points")
+        return cKDTree(self.attractors).query(p)[1].astype(np.int64)
+
+    def complete(self, queries: Any, *, how: str = "nearest", steps: int | None = None
+                 ) -> np.ndarray:
+        """Complete queries from the synopsis alone (post-processing: free).
+
+        ``how="nearest"``: the nearest attractor. ``how="lsr"``: noiseless LSR retrieval
+        (``docs/spec.md`` §1) over the attractors with the memory's radius, ``steps``
+        steps (default: the snapshot's); a query with no attractor within ``r`` stays
+        where it is. Returns ``(Q, d)`` float64.
+        """
+        q, single = check_queries(queries, self.attractors.shape[1], name="queries")
+        if how == "nearest":
+            out = self.attractors[self.assign(q)]
+        elif how == "lsr":
+            from .memory import LSRMemory
+
+            T = check_steps(self.params["steps"] if steps is None else steps)
+            out = LSRMemory(self.attractors, radius=self.radius).retrieve(q, T)
+            out = np.asarray(out)[:, -1] if out.ndim == 3 else np.asarray(out)
+        else:
+            raise ValueError(f"how must be 'nearest' or 'lsr'; got {how!r}.")
+        return out[0] if single else out
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict of every field (all public)."""
+        return {
+            "attractors": self.attractors.tolist(), "counts": self.counts.tolist(),
+            "radius": self.radius, "seeds": self.seeds.tolist(),
+            "endpoints": self.endpoints.tolist(), "labels": self.labels.tolist(),
+            "epsilon": self.epsilon, "delta": self.delta,
+            "seed_epsilon": self.seed_epsilon, "seed_delta": self.seed_delta,
+            "cell_rho": self.cell_rho, "params": dict(self.params),
+        }
+
+    def to_json(self) -> str:
+        return strict_json(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Synopsis:
+        """Rebuild a synopsis saved with :meth:`to_dict` (post-processing: free)."""
+        try:
+            att = np.asarray(data["attractors"], dtype=np.float64)
+            out = cls(att, np.asarray(data["counts"], dtype=np.int64),
+                      check_positive("radius", data["radius"]),
+                      np.asarray(data["seeds"], dtype=np.float64),
+                      np.asarray(data["endpoints"], dtype=np.float64),
+                      np.asarray(data["labels"], dtype=np.int64),
+                      float(data["epsilon"]), float(data["delta"]),
+                      float(data["seed_epsilon"]), float(data["seed_delta"]),
+                      float(data["cell_rho"]), dict(data["params"]))
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"not a saved synopsis: {exc!r}") from None
+        if att.ndim != 2 or att.shape[0] < 1 or not np.all(np.isfinite(att)) \
+                or out.counts.shape != (att.shape[0],):
+            raise ValueError("not a saved synopsis: attractors must be a finite (k, d) "
+                             "array with k >= 1 and one count each.")
+        return out
+
+    @classmethod
+    def from_json(cls, text: str) -> Synopsis:
+        return cls.from_dict(json.loads(text))
+
+    def summary(self) -> str:
+        p = self.params
+        lines = [
+            f"Synopsis: {self.n_attractors} attractors from {self.seeds.shape[0]} public "
+            f"seeds (d = {self.attractors.shape[1]}, r = {self.radius:g})",
+            f"  cost             : eps = {self.epsilon:.4g} at delta = {self.delta:g} "
+            f"(seeds: {p.get('method')}/{p.get('release')} at ({self.seed_epsilon:.4g}, "
+            f"{self.seed_delta:.3g}) each, {p.get('steps')} steps; {p.get('rounds')} cell "
+            f"rounds at rho = {self.cell_rho:.4g} each)",
+            f"  cells            : {p.get('groups')} from the merged endpoints; those with "
+            f"noisy count < {p.get('min_count'):.3g} dropped, the rest merged at "
+            f"{p.get('merge_radius'):.4g}",
+            "  noisy counts     : " + np.array2string(self.counts, threshold=12),
+            "  later queries    : free (post-processing: complete(), assign())",
+        ]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def __repr__(self) -> str:
+        return (f"Synopsis(k={self.n_attractors}, d={self.attractors.shape[1]}, "
+                f"epsilon={self.epsilon:.4g}, delta={self.delta:g})")
