@@ -27,7 +27,10 @@ Methods (``docs/privacy-accounting.md`` for BRACE's accounting):
   post-processing); ``synopsis_box``: the same from ``S`` seeds uniform in the public box
   (the high-d limit: most such seeds see empty gates);
 * ``noiseless`` (NOT private): LSR retrieval over the bank, the ceiling;
-  ``kmeans`` (NOT private, clustering only): scikit-learn k-means with the same k.
+  ``kmeans`` (NOT private, clustering only): scikit-learn k-means with the same k;
+  ``public_seeds`` (clustering) and ``identity`` (completion): no release at all, the
+  public seeds merged at r/2 as centres / the query as its own completion: the floor
+  that a release must beat to have read anything from the bank.
 
 **Clustering view (digits).** Every bank memory is assigned to its nearest released
 centre / attractor (evaluation only) and scored by ARI and NMI against the digit labels
@@ -104,8 +107,9 @@ LABEL = {
     "noiseless": "noiseless LSR (NOT private)",
     "kmeans": "k-means (NOT private)",
     "identity": "the query itself (no release)",
+    "public_seeds": "public seeds only (no release, ε = 0)",
 }
-NOT_PRIVATE = ("noiseless", "kmeans")
+NOT_PRIVATE = ("noiseless", "kmeans", "public_seeds")
 
 
 def have_diffprivlib() -> bool:
@@ -265,6 +269,10 @@ def release(method: str, st: Setup, queries: np.ndarray, r: float, eps: float, s
         info["fit_s"] = time.perf_counter() - t0
         out[method] = y
         info["centres"] = peers_dp.merge_points(y, r / 2)
+    elif method == "public_seeds":  # no release: the public seeds themselves
+        info["fit_s"] = time.perf_counter() - t0
+        out[method] = queries.copy()
+        info["centres"] = peers_dp.merge_points(st.seeds, r / 2)
     elif method == "kmeans":
         from sklearn.cluster import KMeans
 
@@ -343,7 +351,7 @@ def completion(datasets: tuple[str, ...], methods: tuple[str, ...], seeds: int,
             rec["mse"].append(float(np.mean(np.sum((q - z) ** 2, axis=1)) / X.shape[1]))
             rec["fit_s"].append(0.0)
             for meth in methods:
-                if meth == "kmeans":
+                if meth in ("kmeans", "public_seeds"):
                     continue
                 comps, info = release(meth, st, q, r, eps, s, grams, r_cl,
                                       steps=T)
@@ -415,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
         notes.append("diffprivlib not installed (pip install 'brace-dam[peers]'): "
                      "its rows are skipped")
         print("note:", notes[-1], file=sys.stderr)
-    methods = tuple(m for m in (*peers, *BRACE_METHODS, "noiseless", "kmeans")
+    methods = tuple(m for m in (*peers, *BRACE_METHODS, "public_seeds", "noiseless", "kmeans")
                     if m not in a.skip)
     datasets = ["digits", "breast_cancer"]
     if os.environ.get("BRACE_MNIST_DIR") and not a.quick:
