@@ -2,8 +2,10 @@
 
 Data: :func:`brace.experiments.real_data.load_real` (a private bank and a disjoint public
 split per seed; preprocessing constants from public data only). The public split is cut
-into a **seed pool** (its first ``min(256, m // 2)`` rows: the public seeds of the
-synopsis, of DP-GRAMS and of the clustering retrievals) and a **query pool** (the rest).
+into a **seed pool** (its first ``min(256, m // 2)`` rows: the queries of the clustering
+retrievals) and a **query pool** (the rest). The seed pool's k-means centres (2 per
+class; public computation on public rows) are the **public centres**: the seeds of the
+synopsis and of DP-GRAMS, and the no-release floor.
 Everything below runs under one total budget ``(ε, δ = 1e-5)`` per bank; the pure-ε peer
 (diffprivlib) gets the same ε and δ = 0.
 
@@ -13,7 +15,7 @@ Methods (``docs/privacy-accounting.md`` for BRACE's accounting):
   data's public range, see ``_public_box``), k = the number of classes (public: 10 for
   digits, 2 for breast cancer); a query is completed by its nearest centre;
 * ``dp_grams``: DP-GRAMS (``peers_dp.dp_grams``; Bhattacharjee & Auddy,
-  arXiv:2607.29675) from the public seeds; a query is completed by its nearest mode.
+  arXiv:2607.29675) from the public centres; a query is completed by its nearest mode.
   Bandwidth and batch rate are chosen on the PUBLIC split (used as a stand-in bank, with
   its public labels: best mean ARI over a small grid at the same ε);
 * ``brace_global`` / ``brace_local``: per-query BRACE (default release),
@@ -22,15 +24,17 @@ Methods (``docs/privacy-accounting.md`` for BRACE's accounting):
   whole batch fits the budget), one ``pm.retrieve``;
 * ``global_noise``: the same with ``method="global"`` (the fixed-sensitivity baseline),
   global accounting;
-* ``synopsis``: ``pm.snapshot(seeds, steps=T, epsilon=None)`` (the whole budget, once),
+* ``synopsis``: ``pm.snapshot(centres, epsilon=None, cell_radius=r_cl,
+  keep_seeds=True)`` (cell rounds from the public centres, the whole budget, once; cells
+  of the clustering radius; a centre without enough noisy mass stays where it is),
   queries answered by ``syn.complete(q, how="nearest")`` or ``how="lsr"`` (free
-  post-processing); ``synopsis_box``: the same from ``S`` seeds uniform in the public box
-  (the high-d limit: most such seeds see empty gates);
+  post-processing); ``synopsis_box``: the same from as many seeds uniform in the public
+  box (the high-d limit: most such seeds see empty gates);
 * ``noiseless`` (NOT private): LSR retrieval over the bank, the ceiling;
   ``kmeans`` (NOT private, clustering only): scikit-learn k-means with the same k;
-  ``public_seeds`` (clustering) and ``identity`` (completion): no release at all, the
-  public seeds merged at r/2 as centres / the query as its own completion: the floor
-  that a release must beat to have read anything from the bank.
+  ``public_seeds`` and ``identity`` (completion): no release at all, the public centres
+  / the query as its own completion: the floors that a release must beat to have read
+  anything useful from the bank.
 
 **Clustering view (digits).** Every bank memory is assigned to its nearest released
 centre / attractor (evaluation only) and scored by ARI and NMI against the digit labels
@@ -107,7 +111,7 @@ LABEL = {
     "noiseless": "noiseless LSR (NOT private)",
     "kmeans": "k-means (NOT private)",
     "identity": "the query itself (no release)",
-    "public_seeds": "public seeds only (no release, ε = 0)",
+    "public_seeds": "public centres only (no release, ε = 0)",
 }
 NOT_PRIVATE = ("noiseless", "kmeans", "public_seeds")
 
@@ -151,6 +155,7 @@ class Setup:
     name: str
     data: Any
     seeds: np.ndarray  # public seed pool
+    centres: np.ndarray  # public k-means centres of the seed pool (2 per class)
     pool: np.ndarray  # public query pool
     pool_labels: np.ndarray
     box: tuple[np.ndarray, np.ndarray]
@@ -162,7 +167,10 @@ def setup(name: str, seed: int) -> Setup:
     m = data.public.shape[0]
     S = min(N_SEEDS, m // 2)
     k = int(np.unique(np.concatenate([data.bank_labels, data.public_labels])).size)
-    return Setup(name, data, data.public[:S], data.public[S:], data.public_labels[S:],
+    from sklearn.cluster import KMeans
+
+    C = KMeans(2 * k, n_init=4, random_state=seed).fit(data.public[:S]).cluster_centers_
+    return Setup(name, data, data.public[:S], C, data.public[S:], data.public_labels[S:],
                  _public_box(data), k)
 
 
@@ -179,7 +187,7 @@ def select_grams(st: Setup, r: float, eps: float, reps: int = 2) -> dict[str, fl
             ari = []
             for s in range(reps):
                 M = peers_dp.dp_grams(P, epsilon=eps, delta=DELTA, bandwidth=hm * r,
-                                      init=st.seeds, sample_rate=q, seed=10_000 + s)
+                                      init=st.centres, sample_rate=q, seed=10_000 + s)
                 ari.append(adjusted_rand_score(y, nearest(P, M)))
             if np.mean(ari) > best[0]:
                 best = (float(np.mean(ari)), hm, q)
@@ -230,7 +238,7 @@ def release(method: str, st: Setup, queries: np.ndarray, r: float, eps: float, s
         assert grams is not None and r_cluster is not None
         q = grams["sample_rate"]
         M = peers_dp.dp_grams(X, epsilon=eps, delta=DELTA,
-                              bandwidth=grams["h_over_r"] * r_cluster, init=st.seeds,
+                              bandwidth=grams["h_over_r"] * r_cluster, init=st.centres,
                               sample_rate=None if q < 0 else q, seed=seed)
         info["fit_s"] = time.perf_counter() - t0
         out[method] = M[nearest(queries, M)]
@@ -251,12 +259,15 @@ def release(method: str, st: Setup, queries: np.ndarray, r: float, eps: float, s
         info["centres"] = peers_dp.merge_points(out[method], r / 2)
     elif method in ("synopsis", "synopsis_box"):
         pm = brace.PrivateMemory(X, radius=r, budget=(eps, DELTA), accounting="global")
+        # cell rounds from the public centres (the default: no trajectories), cells of
+        # the clustering radius (public), merged at r/2
+        rc = r if r_cluster is None else r_cluster
         if method == "synopsis":
-            syn = pm.snapshot(st.seeds, steps=steps, epsilon=None, seed=seed,
-                              merge_radius=merge_radius)
+            syn = pm.snapshot(st.centres, epsilon=None, seed=seed, cell_radius=rc,
+                              merge_radius=rc / 2, keep_seeds=True)
         else:
-            syn = pm.snapshot(st.seeds.shape[0], bounds=st.box, steps=steps, epsilon=None,
-                              seed=seed, public_seed=seed, merge_radius=merge_radius)
+            syn = pm.snapshot(st.centres.shape[0], bounds=st.box, epsilon=None, seed=seed,
+                              public_seed=seed, cell_radius=rc, merge_radius=rc / 2)
         info["fit_s"] = time.perf_counter() - t0
         info["spent"] = float(pm.spent)
         info["k"] = int(syn.attractors.shape[0])
@@ -269,10 +280,10 @@ def release(method: str, st: Setup, queries: np.ndarray, r: float, eps: float, s
         info["fit_s"] = time.perf_counter() - t0
         out[method] = y
         info["centres"] = peers_dp.merge_points(y, r / 2)
-    elif method == "public_seeds":  # no release: the public seeds themselves
+    elif method == "public_seeds":  # no release: the public centres themselves
         info["fit_s"] = time.perf_counter() - t0
-        out[method] = queries.copy()
-        info["centres"] = peers_dp.merge_points(st.seeds, r / 2)
+        out[method] = st.centres[nearest(queries, st.centres)]
+        info["centres"] = st.centres
     elif method == "kmeans":
         from sklearn.cluster import KMeans
 
@@ -351,7 +362,7 @@ def completion(datasets: tuple[str, ...], methods: tuple[str, ...], seeds: int,
             rec["mse"].append(float(np.mean(np.sum((q - z) ** 2, axis=1)) / X.shape[1]))
             rec["fit_s"].append(0.0)
             for meth in methods:
-                if meth in ("kmeans", "public_seeds"):
+                if meth == "kmeans":
                     continue
                 comps, info = release(meth, st, q, r, eps, s, grams, r_cl,
                                       steps=T)

@@ -382,3 +382,18 @@ def test_shrunk_step_never_moves_further_than_the_plain_step():
     shrunk, _ = next_centres(C, rel, 1.0, 1e-9, 0.0, noise_std=5.0)
     assert np.all(np.linalg.norm(shrunk - C, axis=1) <= np.linalg.norm(plain - C, axis=1))
     assert not np.allclose(shrunk, plain)
+
+
+def test_keep_seeds_keeps_every_public_seed_when_nothing_passes():
+    """keep_seeds=True: a cell below the count threshold keeps its public centre, so the
+    synopsis is never poorer than its seeds; without it the cell is dropped."""
+    X = _bank(50)
+    far = np.array([[40.0, 40.0], [-40.0, 40.0]])  # public seeds with no data near them
+    seeds = np.concatenate([_public()[:1], far])
+    kept = private_synopsis(X, radius=0.8, epsilon=4.0, delta=1e-5, seeds=seeds, rounds=1,
+                            seed=0, keep_seeds=True)
+    dropped = private_synopsis(X, radius=0.8, epsilon=4.0, delta=1e-5, seeds=seeds,
+                               rounds=1, seed=0)
+    assert kept.n_attractors == 3 and dropped.n_attractors == 1
+    for f in far:
+        assert np.min(np.linalg.norm(kept.attractors - f, axis=1)) == 0.0

@@ -571,7 +571,7 @@ class PrivateMemory:
                  method: str = "brace", rounds: int = 2, cell_share: float = CELL_SHARE,
                  merge_radius: float | None = None, min_count: float | None = None,
                  seed_delta: float | None = None, cell_radius: float | None = None,
-                 **kw: Any) -> Synopsis:
+                 keep_seeds: bool = False, **kw: Any) -> Synopsis:
         """A one-shot private synopsis: private retrieval from public ``seeds``, merged
         into attractors, refined by private cell means with noisy counts, charged once
         (``docs/privacy-accounting.md`` §14). Later queries are answered from the
@@ -609,6 +609,10 @@ class PrivateMemory:
         seed : the noise's random draws (retrieval, then the cell rounds).
         method : ``"brace"`` or ``"global"``.
         merge_radius : single-linkage radius of the merges (default ``r``).
+        keep_seeds : cells whose noisy count is below ``min_count`` keep their centre,
+            unmoved, instead of being dropped (default False). With seeds taken from
+            public data, the synopsis then never has fewer attractors than the seeds
+            that merge into them: at worst it is the public seeds themselves.
         cell_radius : radius ``r_c`` of the cells (default ``r``; public). Larger cells
             hold more rows each, so their noisy means are more accurate, at a coarser
             summary; the sensitivity is about ``2·r_c``.
@@ -732,7 +736,8 @@ class PrivateMemory:
                 released.append((centres, noisy))
                 thr = (default_min_count(sigma / rc, centres.shape[0]) if min_count is None
                        else float(min_count))
-                centres, counts = next_centres(centres, noisy, rc, mr, thr, sigma)
+                centres, counts = next_centres(centres, noisy, rc, mr, thr, sigma,
+                                               keep_unmoved=bool(keep_seeds))
             for i, (c, v) in enumerate(released):
                 rows.append(({
                     # outputs (k, 2, d): each cell's centre and noisy offset sum
@@ -767,6 +772,7 @@ class PrivateMemory:
                     "release": plan.release if T else "none", "steps": T, "rounds": R,
                     "seeds": int(S.shape[0]), "groups": int(groups), "merge_radius": mr,
                     "min_count": thr, "count_std": sigma / rc, "cell_radius": rc,
+                    "keep_seeds": bool(keep_seeds),
                     "accounting": self._accounting,
                     "seed": seed_record, **{k_: repr(v) for k_, v in kw.items()}})
 

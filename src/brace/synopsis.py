@@ -188,22 +188,29 @@ def cell_sums(bank: Any, centres: np.ndarray, radius: float
 
 
 def next_centres(centres: np.ndarray, released: np.ndarray, radius: float,
-                 merge_radius: float, min_count: float, noise_std: float = 0.0
-                 ) -> tuple[np.ndarray, np.ndarray]:
+                 merge_radius: float, min_count: float, noise_std: float = 0.0,
+                 keep_unmoved: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Post-processing of one cell round's release ``(k, d + 1)`` (noisy offset sums,
     ``r`` × noisy count): cells with noisy count below ``min_count`` are dropped (the
     largest is kept); each other centre moves by ``clip_r(sum / count)``, the step first
     shrunk towards 0 by the positive-part James–Stein factor
     ``max(0, 1 − d(σ/count)²/‖step‖²)`` when the sums' noise std ``noise_std = σ`` is
-    given (the step's noise is ``σ/count`` per coordinate); moved centres
+    given (the step's noise is ``σ/count`` per coordinate); with ``keep_unmoved`` the
+    cells below ``min_count`` are kept where they are instead of dropped; moved centres
     within ``merge_radius`` are merged (count-weighted mean, counts added). Returns the
     new centres and their noisy counts."""
     r = float(radius)
     m = released[:, -1] / r
     keep = m >= min_count  # prune first: merging empty cells would chain them together
     keep[int(np.argmax(m))] = True
+    if keep_unmoved:  # the others stay where they are (no step), counted as released
+        rel = np.where(keep[:, None], released, 0.0)
+        keep = np.ones_like(keep)
+        m_all = m
+    else:
+        rel = released
     m = m[keep]
-    step = released[keep, :-1] / np.maximum(m, 1.0)[:, None]
+    step = rel[keep, :-1] / np.maximum(m, 1.0)[:, None]
     if noise_std > 0.0:  # positive-part James-Stein shrinkage of the noisy step
         d = step.shape[1]
         ss = np.sum(step * step, axis=1, keepdims=True)
@@ -213,11 +220,14 @@ def next_centres(centres: np.ndarray, released: np.ndarray, radius: float,
     moved = centres[keep] + step * np.minimum(1.0, r / np.maximum(norm, 1e-300))
     labels, reps = merge_endpoints(moved, merge_radius)
     g = reps.size
+    w = np.maximum(m, 1e-3)  # merge weights (an unmoved cell's noisy count may be < 0)
     out = np.zeros((g, moved.shape[1]))
-    np.add.at(out, labels, moved * m[:, None])
+    np.add.at(out, labels, moved * w[:, None])
+    wsum = np.zeros(g)
+    np.add.at(wsum, labels, w)
     cnt = np.zeros(g)
-    np.add.at(cnt, labels, m)
-    return out / cnt[:, None], cnt
+    np.add.at(cnt, labels, m_all if keep_unmoved else m)
+    return out / wsum[:, None], cnt
 
 
 def default_min_count(count_std: float, cells: int) -> float:
