@@ -4,15 +4,19 @@
 
 Data (:mod:`brace.experiments.real_data`): breast cancer (d = 30), digits (d = 64) and,
 when the MNIST test split is found, MNIST PCA-16 and PCA-64. Each is split into a
-private bank and a disjoint public split; preprocessing constants and the support radius
-come from the public split only (:func:`~brace.experiments.real_data.public_radius`,
-sized for corrupted queries, ``target_gate`` bank memories per gate).
+private bank and a disjoint public split; preprocessing constants, the horizon ``T`` and
+the support radius come from the public split only: ``T ∈ {1, 3}`` and the gate size
+(4, 8, 16 or 32 bank memories per gate, :func:`~brace.experiments.real_data.public_radius`
+sized for corrupted queries) are those whose noiseless completion is most accurate on
+public data (the seed pool standing in for the bank), unless ``steps`` /
+``target_gate`` fix them.
 
 Task: completion. The public split is divided into a **query pool** and a **seed pool**
-(``min(n_seeds, m // 2)`` records, used only as the synopsis's seeds and as the memory of
-the public-only baseline). A query is a query-pool record drawn with replacement,
-corrupted by :func:`~brace.experiments.real_data.corrupt` (Gaussian noise of std
-``noise × feature_scale``, then a fraction ``mask`` of the features set to 0). Per query:
+(``min(n_seeds, m // 2)`` records: the memory of the public-only baseline, and the rows
+whose k-means centres, two per class, seed the synopsis). A query is a query-pool record
+drawn with replacement, corrupted by :func:`~brace.experiments.real_data.corrupt`
+(Gaussian noise of std ``noise × feature_scale``, then a fraction ``mask`` of the
+features set to 0). Per query:
 
 * **accuracy**: the label of the bank memory nearest to the completed record equals the
   query record's label (evaluation only; no release reads labels);
@@ -26,9 +30,11 @@ Methods (``docs/privacy-accounting.md``):
   δ), accounting="global" / "local")``; ``ε_q = pm.affordable_epsilon(queries, steps=T)``;
   one batch ``pm.retrieve(queries, steps=T, epsilon=ε_q)`` (default release);
 * ``global_noise``: the same with ``method="global"`` under global accounting;
-* ``synopsis``: ``pm.snapshot(seeds, steps=T, epsilon=None)`` spends the whole budget
-  once; every query is then answered by ``syn.complete`` (post-processing; its cost
-  does not depend on ``Q``);
+* ``synopsis``: ``pm.snapshot(centres, epsilon=None, cell_radius=r_c, keep_seeds=True)``
+  (cell rounds from the public centres, cells of the clean public radius ``r_c``: 32
+  memories per gate) spends the whole budget once; every query is then answered by
+  ``syn.complete`` (nearest attractor; post-processing, its cost does not depend on
+  ``Q``);
 * ``noiseless``: the ceiling (NOT private);
 * ``public_only``: noiseless LSR over the seed pool alone (ε = 0; its radius is sized by
   the same rule for the seed pool's size): what public data give without the bank.
@@ -72,6 +78,8 @@ from .real_data import NAMES, RealData, corrupt, load_real, public_radius
 __all__ = ["RealConfig", "QUICK", "METHODS", "run_real", "format_table"]
 
 _FORMAT = "brace-real/1"
+HORIZONS = (1, 3)  # T tried on public data (when RealConfig.steps is None)
+GATES = (4.0, 8.0, 16.0, 32.0)  # gate sizes tried on public data (target_gate None)
 
 #: Methods in table order; the last two are not private releases.
 METHODS = ("brace_global", "brace_local", "global_noise", "synopsis", "noiseless",
@@ -108,12 +116,12 @@ class RealConfig:
     epsilons: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
     methods: tuple[str, ...] = METHODS
     delta: float = 1e-5
-    steps: int = 3
+    steps: int | None = None
     repetitions: int = 3
     min_scored: int = 100
     noise: float = 0.5
     mask: float = 0.25
-    target_gate: float = 32.0
+    target_gate: float | None = None
     n_seeds: int = 256
     seed: int = 0
     split_seed: int = 0
@@ -137,14 +145,16 @@ class RealConfig:
                 raise ValueError(f"methods: unknown method {m!r}; expected some of "
                                  f"{', '.join(METHODS)}.")
         check_delta(self.delta)
-        check_int_at_least("steps", self.steps, 1)
+        if self.steps is not None:
+            check_int_at_least("steps", self.steps, 1)
         check_int_at_least("repetitions", self.repetitions, 1)
         check_int_at_least("min_scored", self.min_scored, 1)
         check_nonnegative("noise", self.noise)
         if not 0 <= check_nonnegative("mask", self.mask) < 1:
             raise ValueError(f"mask is a fraction of the features, in [0, 1); got "
                              f"{self.mask!r}.")
-        if not (math.isfinite(check_positive("target_gate", self.target_gate))
+        if self.target_gate is not None and not (
+                math.isfinite(check_positive("target_gate", self.target_gate))
                 and self.target_gate >= 1):
             raise ValueError(f"target_gate must be a finite number >= 1; got "
                              f"{self.target_gate!r}.")
@@ -235,6 +245,11 @@ class _Prepared:
     data: RealData
     radius: float
     radius_public: float
+    steps: int
+    target_gate: float
+    public_accuracy: float  # the selection's score on public data
+    centres: np.ndarray  # public k-means centres of the seed pool: the synopsis's seeds
+    cell_radius: float  # the synopsis's cells: 32 memories per gate on clean public data
     seeds: np.ndarray
     pool: np.ndarray
     pool_labels: np.ndarray
@@ -252,16 +267,48 @@ def _prepare(cfg: RealConfig, data: RealData) -> _Prepared:
     probe = corrupt(data.public, noise=cfg.noise * data.feature_scale, mask=cfg.mask,
                     rng=rng)
     n = data.bank.shape[0]
-    r = public_radius(data.public, n_bank=n, target_gate=cfg.target_gate, queries=probe)
-    r_pub = public_radius(data.public, n_bank=n_seeds, target_gate=cfg.target_gate,
-                          queries=probe)
+    T, tg, score = _select(cfg, data, seeds, pool_idx, rng)
+    r = public_radius(data.public, n_bank=n, target_gate=tg, queries=probe)
+    r_pub = public_radius(data.public, n_bank=n_seeds, target_gate=tg, queries=probe)
+    from sklearn.cluster import KMeans
+
+    k = 2 * int(np.unique(data.public_labels).size)
+    centres = KMeans(min(k, n_seeds), n_init=4, random_state=cfg.split_seed).fit(
+        data.public[seeds]).cluster_centers_
     return _Prepared(
-        data=data, radius=r, radius_public=r_pub,
+        data=data, radius=r, radius_public=r_pub, steps=T, target_gate=tg,
+        public_accuracy=score, centres=np.asarray(centres, dtype=np.float64),
+        cell_radius=public_radius(data.public, n_bank=n, target_gate=32.0),
         seeds=np.asarray(data.public[seeds]), pool=np.asarray(data.public[pool_idx]),
         pool_labels=np.asarray(data.public_labels[pool_idx]),
         mem=LSRMemory(data.bank, radius=r),
         public_mem=LSRMemory(np.asarray(data.public[seeds]), radius=r_pub),
     )
+
+
+def _select(cfg: RealConfig, data: RealData, seeds: np.ndarray, pool: np.ndarray,
+            rng: np.random.Generator) -> tuple[int, float, float]:
+    """``(T, target_gate, score)``: the configured values, or, where None, the pair of
+    :data:`HORIZONS` × :data:`GATES` whose noiseless completion is most accurate on PUBLIC
+    data (the seed pool standing in for the bank, corrupted query-pool records for the
+    queries, public labels)."""
+    horizons = HORIZONS if cfg.steps is None else (cfg.steps,)
+    gates = GATES if cfg.target_gate is None else (cfg.target_gate,)
+    S = data.public[seeds]
+    q = corrupt(data.public[pool], noise=cfg.noise * data.feature_scale, mask=cfg.mask,
+                rng=rng)
+    truth = data.public_labels[pool]
+    best = (-1.0, horizons[0], gates[0])
+    for tg in gates:
+        r = public_radius(S, n_bank=S.shape[0], target_gate=min(tg, S.shape[0] - 1),
+                          queries=q)
+        mem = LSRMemory(S, radius=r)
+        for T in horizons:
+            z = mem.retrieve(q, T)[:, -1]
+            acc = float(np.mean(_nearest_labels(z, S, data.public_labels[seeds]) == truth))
+            if acc > best[0] + 1e-12:
+                best = (acc, T, tg)
+    return int(best[1]), float(best[2]), float(best[0])
 
 
 @dataclass
@@ -284,7 +331,7 @@ def _queries(cfg: RealConfig, prep: _Prepared, Q: int) -> _Queries:
                     mask=cfg.mask, rng=g)
         qs.append(q)
         ls.append(prep.pool_labels[idx])
-        zs.append(prep.mem.retrieve(q, cfg.steps)[:, -1])
+        zs.append(prep.mem.retrieve(q, prep.steps)[:, -1])
     return _Queries(q=qs, labels=ls, z=zs, W=W)
 
 
@@ -306,12 +353,12 @@ def _per_query(cfg, prep, qs: _Queries, Q, eps_total, method, rep) -> dict:
     for w in range(qs.W):
         q = q_all[w * Q:(w + 1) * Q]
         pm = PrivateMemory(prep.mem, budget=(eps_total, cfg.delta), accounting=acct)
-        eps_q = float(pm.affordable_epsilon(q, steps=cfg.steps, method=rel))
+        eps_q = float(pm.affordable_epsilon(q, steps=prep.steps, method=rel))
         eps_used.append(eps_q)
         if eps_q > 0:
             seed = _ss(cfg.seed, _DS_CODE[prep.data.name], Q, _milli(eps_total), rep,
                        _METHOD_CODE[method], w)
-            y[w * Q:(w + 1) * Q] = pm.retrieve(q, steps=cfg.steps, epsilon=eps_q,
+            y[w * Q:(w + 1) * Q] = pm.retrieve(q, steps=prep.steps, epsilon=eps_q,
                                                method=rel, seed=seed).final
         else:
             y[w * Q:(w + 1) * Q] = q  # nothing released: the (public) query itself
@@ -329,7 +376,11 @@ def _synopsis(cfg, prep, eps_total, rep, cache) -> dict:
         pm = PrivateMemory(prep.mem, budget=(eps_total, cfg.delta), accounting="global")
         seed = _ss(cfg.seed, _DS_CODE[prep.data.name], 0, _milli(eps_total), rep,
                    _METHOD_CODE["synopsis"])
-        syn = pm.snapshot(prep.seeds, steps=cfg.steps, epsilon=None, seed=seed)
+        # cell rounds from the public centres (no trajectories), cells of the clean
+        # public radius, a centre without enough noisy mass kept where it is
+        syn = pm.snapshot(prep.centres, epsilon=None, seed=seed,
+                          cell_radius=prep.cell_radius,
+                          merge_radius=prep.cell_radius / 2, keep_seeds=True)
         cache[key] = {"syn": syn, "spent": float(pm.spent),
                       "build_s": time.perf_counter() - t0,
                       "n_attractors": int(np.asarray(syn.attractors).shape[0])}
@@ -347,7 +398,7 @@ def _cell(cfg, prep, qs: _Queries, Q, eps, method, syn_cache, common) -> dict:
             y = z
             info["query_accuracy"] = _score(prep, q, labels, z)[0]
         elif method == "public_only":
-            y = prep.public_mem.retrieve(q, cfg.steps)[:, -1]
+            y = prep.public_mem.retrieve(q, prep.steps)[:, -1]
         elif method == "synopsis":
             s = _synopsis(cfg, prep, eps, rep, syn_cache)
             y = np.asarray(s["syn"].complete(q))
@@ -374,7 +425,8 @@ def _cell(cfg, prep, qs: _Queries, Q, eps, method, syn_cache, common) -> dict:
         extra = {"epsilon_per_query": None,
                  "epsilon_spent": float(np.mean([p["epsilon_spent"] for p in per_rep])),
                  "n_attractors": float(np.mean([p["n_attractors"] for p in per_rep])),
-                 "accounting": "global", "n_seeds": int(prep.seeds.shape[0])}
+                 "accounting": "global", "n_seeds": int(prep.centres.shape[0]),
+                 "cell_radius": prep.cell_radius}
     elif method == "noiseless":
         extra = {"query_accuracy": _stats([p["query_accuracy"] for p in per_rep])}
     return {
@@ -383,7 +435,8 @@ def _cell(cfg, prep, qs: _Queries, Q, eps, method, syn_cache, common) -> dict:
         "method": method, "label": LABELS[method],
         "private": method not in ("noiseless", "public_only"),
         "workloads_scored": qs.W, "queries_scored": qs.W * int(Q),
-        "radius": prep.radius, "steps": cfg.steps, "delta": cfg.delta,
+        "radius": prep.radius, "steps": prep.steps, "target_gate": prep.target_gate,
+        "public_selection_accuracy": prep.public_accuracy, "delta": cfg.delta,
         "accuracy": _stats(accs), "mse": _stats(mses), **extra,
         "repetitions": per_rep, "wall_time_s": time.perf_counter() - t0,
     }
@@ -532,8 +585,9 @@ def format_table(summary: dict, cfg: RealConfig) -> str:
            for c in cells}
     lines = [
         "Completion on real data: label accuracy (per-coordinate MSE to the noiseless "
-        f"completion); δ = {cfg.delta:g}, T = {cfg.steps}, R = {cfg.repetitions}, "
-        f"noise = {cfg.noise:g}·scale, mask = {cfg.mask:g}",
+        f"completion); δ = {cfg.delta:g}, T and gate size chosen on public data per data "
+        f"set (see results), R = {cfg.repetitions}, noise = {cfg.noise:g}·scale, "
+        f"mask = {cfg.mask:g}",
         "",
         "| data | Q | method | " + " | ".join(f"ε={e:g}" for e in eps) + " |",
         "|---|---:|---|" + "---:|" * len(eps),
