@@ -397,3 +397,28 @@ def test_keep_seeds_keeps_every_public_seed_when_nothing_passes():
     assert kept.n_attractors == 3 and dropped.n_attractors == 1
     for f in far:
         assert np.min(np.linalg.norm(kept.attractors - f, axis=1)) == 0.0
+
+
+# --- recommend -----------------------------------------------------------------------------
+
+
+def test_recommend_follows_the_per_query_budget():
+    X = np.random.default_rng(0).normal(size=(300, 8))
+    pm = PrivateMemory(X, radius=1.0, budget=(8.0, 1e-5), accounting="global")
+    one = pm.recommend(1)
+    assert one.use == "retrieve" and one.per_query_epsilon >= 1.0
+    many = pm.recommend(1000)
+    assert many.use == "snapshot" and many.per_query_epsilon < 1.0
+    assert "synopsis" in str(many)
+    # the figure is the per-query ε that Q queries at one place could spend
+    q = np.zeros((10, 8))
+    assert pm.recommend(10).per_query_epsilon == pytest.approx(
+        pm.affordable_epsilon(q, steps=1), rel=1e-3)
+    blind = pm.recommend(1000, public_seeds=False)
+    assert blind.use == "retrieve" and "public seeds" in blind.reason
+    low = PrivateMemory(_bank(), radius=0.8, budget=(1.0, 1e-5)).recommend(
+        1000, public_seeds=False)
+    assert low.use == "snapshot" and "grid" in low.reason
+    assert pm.spent == 0.0
+    with pytest.raises(ValueError, match="queries"):
+        pm.recommend(0)

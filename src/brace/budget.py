@@ -79,12 +79,33 @@ from .synopsis import (
 )
 
 __all__ = ["BudgetExceededError", "PrivateMemory", "private_synopsis", "ACCOUNTINGS",
-           "QUERY_DELTA_SHARE",
+           "QUERY_DELTA_SHARE", "RETRIEVE_MIN_EPSILON", "Recommendation",
            "LedgerState", "inspect_ledger", "migrate_json_ledger"]
 
 ACCOUNTINGS = ("local", "global")
 #: default per-query δ of :meth:`PrivateMemory.retrieve`: this share of the budget's δ
 QUERY_DELTA_SHARE = 0.01
+#: :meth:`PrivateMemory.recommend` advises per-query retrieval at or above this per-query ε
+RETRIEVE_MIN_EPSILON = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Recommendation:
+    """What :meth:`PrivateMemory.recommend` advises: ``use`` is ``"retrieve"`` or
+    ``"snapshot"``; ``per_query_epsilon`` what each of ``queries`` queries of ``steps``
+    steps could spend now (all at one place); ``reason`` says why."""
+
+    use: str
+    queries: int
+    steps: int
+    per_query_epsilon: float
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def __str__(self) -> str:
+        return f"use {self.use}: {self.reason}."
 
 
 class BudgetExceededError(RuntimeError):
@@ -559,6 +580,53 @@ class PrivateMemory:
         with self._locked():
             self._sync_outside()
             return _largest_fitting(usage, 1e-5, 1e4)
+
+    def recommend(self, queries: int, *, steps: int = 1,
+                  public_seeds: bool = True) -> Recommendation:
+        """Per-query retrieval or a synopsis, for a workload of ``queries`` queries of
+        ``steps`` steps from what remains of the budget (``docs/guide.md``, "Which one
+        should I use?"). Public: it reads the recorded spend, never the bank.
+
+        The rule, drawn from ``brace experiment real`` and ``benchmarks/bench_real.py``:
+        per-query retrieval when each query can still spend at least
+        :data:`RETRIEVE_MIN_EPSILON` (its released point is then mostly signal); below
+        that, a synopsis seeded from public data (``public_seeds``), whose cost does not
+        grow with the number of queries. Without public seeds a synopsis needs ``d ≤ 3``
+        (a public grid); otherwise per-query retrieval is the only private option left.
+        """
+        Q = check_int_at_least("queries", queries, 1)
+        T = check_steps(steps)
+        with self._locked():
+            self._sync_outside()
+            base = self._worst(())
+        dlt = self._budget[1] * QUERY_DELTA_SHARE
+
+        def usage(eps: float) -> float:  # Q queries at one place: the global price
+            try:
+                plan = plan_release(self._memory, method="brace", epsilon=eps, delta=dlt,
+                                    steps=T, queries=Q)
+            except ValueError:
+                return math.inf
+            return self._filter.usage(base + weights(plan.spent.step_event) * (Q * T))
+
+        eps_q = _largest_fitting(usage, 1e-5, 1e4)
+        if eps_q >= RETRIEVE_MIN_EPSILON:
+            use, why = "retrieve", (
+                f"each of the {Q} queries can spend eps = {eps_q:.3g} >= "
+                f"{RETRIEVE_MIN_EPSILON:g}: per-query retrieval answers every query from "
+                "its own neighbourhood")
+        elif public_seeds or self._dim <= 3:
+            use, why = "snapshot", (
+                f"each of the {Q} queries could spend only eps = {eps_q:.3g} < "
+                f"{RETRIEVE_MIN_EPSILON:g}, where a per-query answer is mostly noise; one "
+                "synopsis costs the same for any number of queries" + (
+                    "" if public_seeds else " (seed it with seeds='grid' over a public box)"))
+        else:
+            use, why = "retrieve", (
+                f"each query could spend only eps = {eps_q:.3g}, but a synopsis in d = "
+                f"{self._dim} needs public seeds near the data (points drawn in a box see "
+                "empty gates); per-query retrieval is the remaining private option")
+        return Recommendation(use, Q, T, eps_q, why)
 
     def _reserved(self, plan: Any, q: np.ndarray) -> tuple:
         fp = reserved_steps(plan, q)  # a public ball per step, before the bank is read
