@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ._fingerprint import BankHasher, row_block
+from ._fingerprint import BankHasher, is_torch_tensor, row_block
 from ._validation import (
     check_int_at_least,
     check_output_size,
@@ -55,6 +55,7 @@ from .gates.dask import dask_gate_pass, iter_blocks, validate_dask, verify_dask
 from .gates.dense import _block_size, _row_sqnorm, direct_sqdist, gate_pass
 from .gates.kdtree import dense_gates, kdtree_gate_pass
 from .gates.memmap import _mmap_release
+from .gates.torch import torch_blocks, torch_gate_pass, validate_torch, verify_torch
 
 __all__ = [
     "LSRMemory",
@@ -120,6 +121,8 @@ def _validate_numpy(bank: Any) -> _BankState:
 def _validate(bank: Any) -> _BankState:
     if _is_dask(bank):
         return validate_dask(bank)
+    if is_torch_tensor(bank):
+        return validate_torch(bank)
     return _validate_numpy(bank)
 
 
@@ -196,6 +199,9 @@ class _MemoryBase:
         if st.kind == "dask":
             verify_dask(st)
             return
+        if st.kind == "torch":
+            verify_torch(st)
+            return
         h = BankHasher(st.X.shape, st.X.dtype)
         step = row_block(st.X.shape[1], st.X.dtype.itemsize)
         for b0 in range(0, st.X.shape[0], step):
@@ -233,6 +239,9 @@ class _MemoryBase:
             yield from iter_blocks(st)
             return
         self._verify(st)
+        if st.kind == "torch":
+            yield from torch_blocks(st, step)
+            return
         step = step or row_block(d, X.dtype.itemsize)
         for b0 in range(0, n, step):
             yield b0, X[b0 : b0 + step]
@@ -397,6 +406,13 @@ class LSRMemory(_MemoryBase):
             if st.kind == "dask":
                 return dask_gate_pass(st, centres, r, threads=threads, canonical=canonical,
                                       **kw)
+            if st.kind == "torch":
+                h = None if self._is_pinned(st) else BankHasher(st.X.shape, st.extra["dtype"])
+                gp = torch_gate_pass(st, centres, r, hasher=h, canonical=canonical,
+                                     threads=threads, **kw)
+                if h is not None and h.hexdigest() != st.digest:
+                    raise _mutated("fingerprint mismatch")
+                return gp
             # the density estimate samples the whole bank: not with canonical sums, whose
             # backend is a public choice (docs/privacy-accounting.md §12.1)
             if index == "kdtree" and self.index == "auto" and not canonical:
