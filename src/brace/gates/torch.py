@@ -221,7 +221,7 @@ def _sparse_sums(torch: Any, mk: Any, tc: Any, use: np.ndarray, X64: Any) -> Any
     from zero (the CSR product of the numpy pass), for the tiles flagged in ``use``;
     ``(k, B, d)``. Groups are processed longest first, so step ``s`` adds the ``s``-th
     member of every group that has one."""
-    k, ns = mk.shape
+    k = mk.shape[0]
     B = tc.shape[1]
     d = X64.shape[1]
     use_t = torch.from_numpy(use).to(mk.device)
@@ -242,15 +242,15 @@ def _sparse_sums(torch: Any, mk: Any, tc: Any, use: np.ndarray, X64: Any) -> Any
     P = torch.zeros((k * B, d), dtype=torch.float64, device=mk.device)
     if not K:
         return P.view(k, B, d)
-    pad = torch.full((n_act, K), ns, dtype=torch.int64, device=mk.device)
+    # step s reads only groups with more than s members: no padding entry is ever read
+    pad = torch.zeros((n_act, K), dtype=torch.int64, device=mk.device)
     pad[pos[key], rank] = xi
-    Xe = torch.cat([X64, torch.zeros((1, d), dtype=torch.float64, device=mk.device)])
     acc = torch.zeros((n_act, d), dtype=torch.float64, device=mk.device)
     # groups with more than s members: a prefix of the groups sorted by count
     active = np.searchsorted(-sc[:n_act], -np.arange(K), side="left")
     for s in range(K):
         a = int(active[s])
-        acc[:a] += Xe[pad[:a, s]]
+        acc[:a] += X64[pad[:a, s]]
     P[order[:n_act]] = acc
     return P.view(k, B, d)
 
@@ -343,7 +343,7 @@ def _pass(torch, st, centres, radius, pairs, near_centres, near_radius, near_tol
         Xw[:, :d] = Xs
         Xw[:, d] = torch.where(huge_x, 0.0, xsq)
         Xw[:, d + 1] = 1.0
-        X64 = Xs.to(torch.float64)
+        X64 = Xs if Xs.dtype == torch.float64 else None  # cast on demand
         bmax = torch.where(huge_x, 0.0, b_i).max()
         mask = torch.empty((m, ns), dtype=torch.bool, device=dev) if pairs is not None \
             else None
@@ -370,8 +370,12 @@ def _pass(torch, st, centres, radius, pairs, near_centres, near_radius, near_tol
                     e[ci, xi] = (d2 - r2).to(tdt)
             if mask is not None:
                 mask[c0:c1_] = mk
-            counts[c0:c1_] += mk.sum(dim=1)
-            _add_sums(torch, sums[c0:c1_], mk, X64, tiles, canonical)
+            tc = _tile_counts(torch, mk)
+            counts[c0:c1_] += tc.sum(dim=1)
+            tot = tc.sum(dim=0).cpu().numpy()
+            if tot.any() and X64 is None:
+                X64 = Xs.to(torch.float64)
+            _add_sums(torch, sums[c0:c1_], mk, tc, tot, X64, tiles, canonical)
             if near_centres is not None:
                 loc = np.flatnonzero(near_pos[c0:c1_] >= 0)
                 if loc.size == 0:
@@ -394,6 +398,8 @@ def _pass(torch, st, centres, radius, pairs, near_centres, near_radius, near_tol
                 redo = (np.flatnonzero(~(dist * near_tolerance >= nbd_h)) if near_tolerance
                         else np.arange(dist.size))
                 if redo.size:
+                    if X64 is None:
+                        X64 = Xs.to(torch.float64)
                     rt = torch.from_numpy(redo).to(dev)
                     dist[redo] = np.sqrt(direct_sqdist_torch(
                         X64[cols[rt]], C64[sel_t[rows_[rt]]]).cpu().numpy())
@@ -410,21 +416,27 @@ def _pass(torch, st, centres, radius, pairs, near_centres, near_radius, near_tol
                     None if pair_counts is None else pair_counts.cpu().numpy(), nrow, ndist)
 
 
-def _add_sums(torch: Any, out: Any, mk: Any, X64: Any, tiles: list[tuple[int, int]],
-              canonical: bool) -> None:
-    """``out += Σ_{members} X_i`` tile by tile in row order, as the numpy pass: a sparse
-    tile (density ≤ ``_SPARSE_DENSITY``, or any tile with ``canonical``) by the
-    sequential member sum, a dense tile by a float64 mask product."""
+def _tile_counts(torch: Any, mk: Any) -> Any:
+    """``(k, B)`` members per centre and row tile of ``_ROW_BLOCK`` rows."""
     k, ns = mk.shape
-    B = len(tiles)
     full = ns // _ROW_BLOCK
+    m8 = mk.view(torch.uint8)
     parts = []
     if full:
-        parts.append(mk[:, : full * _ROW_BLOCK].view(k, full, _ROW_BLOCK).sum(dim=2))
-    if full < B:
-        parts.append(mk[:, full * _ROW_BLOCK :].sum(dim=1, keepdim=True))
-    tc = torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]  # (k, B) member counts
-    tot = tc.sum(dim=0).cpu().numpy()
+        parts.append(m8[:, : full * _ROW_BLOCK].view(k, full, _ROW_BLOCK).sum(
+            dim=2, dtype=torch.int64))
+    if full * _ROW_BLOCK < ns:
+        parts.append(m8[:, full * _ROW_BLOCK :].sum(dim=1, keepdim=True, dtype=torch.int64))
+    return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+
+
+def _add_sums(torch: Any, out: Any, mk: Any, tc: Any, tot: np.ndarray, X64: Any,
+              tiles: list[tuple[int, int]], canonical: bool) -> None:
+    """``out += Σ_{members} X_i`` tile by tile in row order, as the numpy pass: a sparse
+    tile (density ≤ ``_SPARSE_DENSITY``, or any tile with ``canonical``) by the
+    sequential member sum, a dense tile by a float64 mask product. ``tc``: members per
+    centre and tile; ``tot``: members per tile (host)."""
+    k = mk.shape[0]
     size = np.array([k * (j1 - j0) for j0, j1 in tiles])
     sparse = (tot > 0) & (canonical | (tot <= _SPARSE_DENSITY * size))
     P = _sparse_sums(torch, mk, tc, sparse, X64) if sparse.any() else None
