@@ -1,8 +1,9 @@
 """Dense associative memories: LSR (log-sum-ReLU / Epanechnikov) and LSE energies.
 
 ``docs/spec.md`` §1. A bank ``D = (X_1, …, X_n)`` is an ``(n, d)`` float32 or float64
-array (an in-memory array, a ``numpy.memmap`` or a row-chunked ``dask.array.Array``;
-docs/scale.md), used in place without a copy. Centres, outputs and sums are float64.
+array (an in-memory array, a ``numpy.memmap``, a row-chunked ``dask.array.Array`` or a
+``torch.Tensor`` on any device; docs/scale.md), used in place without a copy. Centres,
+outputs and sums are float64.
 
 * LSR energy, ``β > 0``, support radius ``r = sqrt(2/β)``::
 
@@ -19,7 +20,8 @@ docs/scale.md), used in place without a copy. Centres, outputs and sums are floa
 The bank passes (gate sizes and sums for many centres at once) are the gate package
 :mod:`brace.gates`: blocked distance tiles (:mod:`brace.gates.dense`), a KD-tree in low
 dimension (:mod:`brace.gates.kdtree`, ``index=``) and a map-reduce over Dask chunks
-(:mod:`brace.gates.dask`); membership is always the direct formula
+(:mod:`brace.gates.dask`) and a pass on a torch tensor's device (:mod:`brace.gates.torch`);
+membership is always the direct formula
 :func:`brace.gates.dense.direct_sqdist` at the radius. This module holds the memories:
 validating and fingerprinting the bank, choosing the backend, energies and retrieval.
 """
@@ -301,12 +303,14 @@ class LSRMemory(_MemoryBase):
 
     Parameters
     ----------
-    bank : array_like, numpy.memmap or dask.array.Array, shape (n, d)
+    bank : array_like, numpy.memmap, dask.array.Array or torch.Tensor, shape (n, d)
         Stored memories. float32 and float64 arrays are used in place, without a copy
         (read-only view plus fingerprint; editing the array afterwards is detected and
         refused, docs/scale.md); memory maps (``np.load(path, mmap_mode="r")``) are read
         block by block; a Dask array chunked by rows runs each pass as a map-reduce on
-        the active scheduler. Other integer and float dtypes are cast to float64 once;
+        the active scheduler; a float32/float64 ``torch.Tensor`` stays on its device and
+        each pass runs there (docs/scale.md, "Torch banks"). Other integer and float
+        dtypes of numpy arrays are cast to float64 once;
         other dtypes, non-finite values, an empty bank or a non-2-D array are refused.
     beta : float, optional
         Inverse temperature ``β > 0``.
