@@ -206,8 +206,8 @@ def _members(torch: Any, Xs: Any, rows: Any, C64: Any, cidx: Any, centres: np.nd
     d = Xs.shape[1]
     v = direct_sqdist_torch(Xs[rows].to(torch.float64), C64[cidx])
     k = d * _U
-    g = 4.0 * k / (1.0 - k)
-    tie = ~((v > r2 + r2 * g) | (v < r2 - r2 * g))
+    margin = r2 * (4.0 * k / (1.0 - k)) + 1e-300  # the floor covers an underflowed product
+    tie = ~((v > r2 + margin) | (v < r2 - margin))
     if bool(tie.any()):
         ti = torch.nonzero(tie).flatten()
         host_rows = host_array(Xs[rows[ti]])
