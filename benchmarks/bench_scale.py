@@ -16,6 +16,13 @@ Usage::
     python benchmarks/bench_scale.py                 # n = 1e6, d = 384, Q = 1000, T = 5
     python benchmarks/bench_scale.py --quick         # n = 1e5, Q = 256
     python benchmarks/bench_scale.py --mmap DIR      # bank as a memory-mapped .npy in DIR
+    python benchmarks/bench_scale.py --backend torch [--device cuda]  # a torch bank
+
+``--backend torch`` puts the bank in a torch tensor on ``--device`` (default: ``cuda`` when
+available, else ``cpu``) and adds a plain torch brute-force mean shift on the same device
+(float32 expansion tiles, mask products; no certified band, no canonical formula) as the
+reference the torch backend is compared against; on a GPU the peak GPU memory is reported.
+``--repeats k`` runs each timing ``k`` times and reports the median (and every run).
 """
 
 from __future__ import annotations
@@ -57,6 +64,37 @@ def _radius(X: np.ndarray, q: np.ndarray, frac: float) -> float:
     return float(np.sqrt(np.median(kth)))
 
 
+def torch_bruteforce(Xt: Any, q: np.ndarray, r: float, steps: int) -> np.ndarray:
+    """Plain mean shift with the flat kernel in torch on ``Xt``'s device: the gate by the
+    float32 (bank dtype) expansion, sums by mask products, blocks of 65,536 rows."""
+    import torch
+
+    n = Xt.shape[0]
+    z = torch.from_numpy(q).to(device=Xt.device, dtype=Xt.dtype)
+    xsq = (Xt * Xt).sum(dim=1)
+    r2 = r * r
+    with torch.no_grad():
+        for _ in range(steps):
+            sums = torch.zeros_like(z)
+            cnt = torch.zeros(z.shape[0], dtype=Xt.dtype, device=Xt.device)
+            zsq = (z * z).sum(dim=1)
+            for b0 in range(0, n, 1 << 16):
+                Xb = Xt[b0 : b0 + (1 << 16)]
+                d2 = zsq[:, None] + xsq[None, b0 : b0 + Xb.shape[0]] - 2.0 * (z @ Xb.T)
+                mk = (d2 <= r2).to(Xt.dtype)
+                sums += mk @ Xb
+                cnt += mk.sum(dim=1)
+            z = torch.where(cnt[:, None] > 0, sums / cnt.clamp(min=1.0)[:, None], z)
+    return z.cpu().numpy()
+
+
+def _sync(device: Any) -> None:
+    if device is not None and device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
 class PeakRSS:
     """Peak resident set size of this process while the context is open (psutil)."""
 
@@ -92,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--epsilon", type=float, default=64.0)
     p.add_argument("--mmap", default=None, help="directory for a memory-mapped bank file")
+    p.add_argument("--backend", default="numpy", choices=["numpy", "torch"])
+    p.add_argument("--device", default=None, help="torch device (default cuda if available)")
+    p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     n = int(args.n or (1e5 if args.quick else 1e6))
@@ -121,23 +162,51 @@ def main(argv: list[str] | None = None) -> int:
                            "mmap": bool(args.mmap), "radius": r, "bank_mib": bank_mib,
                            "rss_before_mib": rss0, "threads": args.threads,
                            "epsilon": args.epsilon}
-    LSRMemory(X[:4096], radius=r, threads=args.threads).retrieve(q[:4], 1)  # warm-up
-    for label, fn in (
-        ("noiseless", lambda: LSRMemory(X, radius=r, threads=args.threads).retrieve(
+    device = None
+    bank: Any = X
+    runs: list[tuple[str, Any]] = []
+    if args.backend == "torch":
+        import torch
+
+        torch.set_num_threads(args.threads)
+        device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        bank = torch.from_numpy(np.ascontiguousarray(X)).to(device)
+        out.update(backend="torch", device=str(device))
+        runs.append(("torch_bruteforce", lambda: torch_bruteforce(bank, q, r, args.steps)))
+    else:
+        out["backend"] = "numpy"
+    LSRMemory(bank[:4096], radius=r, threads=args.threads).retrieve(q[:4], 1)  # warm-up
+    runs += [
+        ("noiseless", lambda: LSRMemory(bank, radius=r, threads=args.threads).retrieve(
             q, args.steps)),
-        ("brace", lambda: private_retrieve(LSRMemory(X, radius=r, threads=args.threads), q,
+        ("brace", lambda: private_retrieve(LSRMemory(bank, radius=r, threads=args.threads), q,
                                            method="brace", epsilon=args.epsilon, delta=1e-5,
                                            steps=args.steps, seed=0)),
-    ):
+    ]
+    for label, fn in runs:
+        times = []
+        if device is not None and device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
         with PeakRSS() as pk:
-            t0 = time.perf_counter()
-            fn()
-            out[f"{label}_s"] = time.perf_counter() - t0
+            for _ in range(max(1, args.repeats)):
+                _sync(device)
+                t0 = time.perf_counter()
+                fn()
+                _sync(device)
+                times.append(time.perf_counter() - t0)
+        out[f"{label}_s"] = float(np.median(times))
+        out[f"{label}_runs_s"] = times
         out[f"{label}_peak_rss_mib"] = pk.peak / 2**20
-        print(f"{label}: {out[f'{label}_s']:.1f} s, peak RSS {pk.peak / 2**20:.0f} MiB "
+        if device is not None and device.type == "cuda":
+            out[f"{label}_peak_gpu_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+        print(f"{label}: median {out[f'{label}_s']:.2f} s of {len(times)} "
+              f"({', '.join(f'{t:.2f}' for t in times)}), peak RSS {pk.peak / 2**20:.0f} MiB "
               f"(bank {bank_mib:.0f} MiB, RSS before {rss0:.0f} MiB)", flush=True)
     out["brace_over_noiseless"] = out["brace_s"] / out["noiseless_s"]
     print(f"BRACE / noiseless = {out['brace_over_noiseless']:.2f}")
+    if "torch_bruteforce_s" in out:
+        out["brace_over_bruteforce"] = out["brace_s"] / out["torch_bruteforce_s"]
+        print(f"BRACE / torch brute force = {out['brace_over_bruteforce']:.2f}")
     if args.json:
         write_json(args.json, out)
     return 0

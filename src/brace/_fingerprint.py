@@ -10,14 +10,41 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from typing import Any
 
 import numpy as np
 
-__all__ = ["bank_fingerprint", "BankHasher"]
+__all__ = ["bank_fingerprint", "BankHasher", "is_torch_tensor", "host_array", "numpy_dtype"]
 
 _PREFIX = b"brace-bank-fingerprint/1\0"
 _BLOCK_BYTES = 1 << 24  # 16 MiB of rows per update
+
+
+def is_torch_tensor(x: Any) -> bool:
+    """Whether ``x`` is a ``torch.Tensor``, without importing torch (a tensor can only
+    exist once torch is imported)."""
+    mod = sys.modules.get("torch")
+    return mod is not None and isinstance(x, mod.Tensor)
+
+
+def numpy_dtype(dtype: Any) -> np.dtype:
+    """``np.dtype(dtype)``, also for a torch dtype (``torch.float32`` -> ``float32``)."""
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        name = str(dtype)
+        if name.startswith("torch."):
+            return np.dtype(name[len("torch."):])
+        raise
+
+
+def host_array(block: Any) -> np.ndarray:
+    """A row block as a numpy array on the host: a torch tensor is detached and copied
+    from its device (a CPU tensor is viewed, not copied); anything else ``np.asarray``."""
+    if is_torch_tensor(block):
+        return block.detach().cpu().numpy()
+    return np.asarray(block)
 
 
 class BankHasher:
@@ -60,8 +87,9 @@ def bank_fingerprint(bank: Any, radius: float) -> str:
     if len(bank.shape) != 2:
         raise ValueError(f"bank must be a 2-D array of shape (n, d); got shape {bank.shape}.")
     n, d = (int(s) for s in bank.shape)
-    h = BankHasher((n, d), bank.dtype, float(radius))
-    step = row_block(d, np.dtype(bank.dtype).itemsize)
+    dtype = numpy_dtype(bank.dtype)
+    h = BankHasher((n, d), dtype, float(radius))
+    step = row_block(d, dtype.itemsize)
     for b0 in range(0, n, step):
-        h.update(np.asarray(bank[b0 : b0 + step]))
+        h.update(host_array(bank[b0 : b0 + step]))
     return h.hexdigest()

@@ -86,15 +86,17 @@ def bank_fingerprint(bank: Any, radius: float) -> dict[str, Any]:
     """SHA-256 of the bank's bytes (in its own dtype, float32 or float64, C order), its
     shape, dtype and radius (:func:`brace._fingerprint.bank_fingerprint`; the radius
     enters as its exact ``float.hex``, so radii one ulp apart differ). Memory maps are
-    streamed in blocks, never copied whole."""
+    streamed in blocks, never copied whole; so are torch tensors (copied to the host one
+    block at a time)."""
     from ._fingerprint import bank_fingerprint as _digest
+    from ._fingerprint import numpy_dtype
 
     if not hasattr(bank, "shape") or not hasattr(bank, "dtype"):
         bank = np.asarray(bank)
     return {
         "sha256": _digest(bank, radius),
         "shape": [int(s) for s in bank.shape],
-        "dtype": str(np.dtype(bank.dtype)),
+        "dtype": str(numpy_dtype(bank.dtype)),
         "radius": float(radius),
     }
 

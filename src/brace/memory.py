@@ -1,8 +1,9 @@
 """Dense associative memories: LSR (log-sum-ReLU / Epanechnikov) and LSE energies.
 
 ``docs/spec.md`` §1. A bank ``D = (X_1, …, X_n)`` is an ``(n, d)`` float32 or float64
-array (an in-memory array, a ``numpy.memmap`` or a row-chunked ``dask.array.Array``;
-docs/scale.md), used in place without a copy. Centres, outputs and sums are float64.
+array (an in-memory array, a ``numpy.memmap``, a row-chunked ``dask.array.Array`` or a
+``torch.Tensor`` on any device; docs/scale.md), used in place without a copy. Centres,
+outputs and sums are float64.
 
 * LSR energy, ``β > 0``, support radius ``r = sqrt(2/β)``::
 
@@ -19,7 +20,8 @@ docs/scale.md), used in place without a copy. Centres, outputs and sums are floa
 The bank passes (gate sizes and sums for many centres at once) are the gate package
 :mod:`brace.gates`: blocked distance tiles (:mod:`brace.gates.dense`), a KD-tree in low
 dimension (:mod:`brace.gates.kdtree`, ``index=``) and a map-reduce over Dask chunks
-(:mod:`brace.gates.dask`); membership is always the direct formula
+(:mod:`brace.gates.dask`) and a pass on a torch tensor's device (:mod:`brace.gates.torch`);
+membership is always the direct formula
 :func:`brace.gates.dense.direct_sqdist` at the radius. This module holds the memories:
 validating and fingerprinting the bank, choosing the backend, energies and retrieval.
 """
@@ -33,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ._fingerprint import BankHasher, row_block
+from ._fingerprint import BankHasher, is_torch_tensor, row_block
 from ._validation import (
     check_int_at_least,
     check_output_size,
@@ -55,6 +57,7 @@ from .gates.dask import dask_gate_pass, iter_blocks, validate_dask, verify_dask
 from .gates.dense import _block_size, _row_sqnorm, direct_sqdist, gate_pass
 from .gates.kdtree import dense_gates, kdtree_gate_pass
 from .gates.memmap import _mmap_release
+from .gates.torch import torch_blocks, torch_gate_pass, validate_torch, verify_torch
 
 __all__ = [
     "LSRMemory",
@@ -120,6 +123,8 @@ def _validate_numpy(bank: Any) -> _BankState:
 def _validate(bank: Any) -> _BankState:
     if _is_dask(bank):
         return validate_dask(bank)
+    if is_torch_tensor(bank):
+        return validate_torch(bank)
     return _validate_numpy(bank)
 
 
@@ -196,6 +201,9 @@ class _MemoryBase:
         if st.kind == "dask":
             verify_dask(st)
             return
+        if st.kind == "torch":
+            verify_torch(st)
+            return
         h = BankHasher(st.X.shape, st.X.dtype)
         step = row_block(st.X.shape[1], st.X.dtype.itemsize)
         for b0 in range(0, st.X.shape[0], step):
@@ -233,6 +241,9 @@ class _MemoryBase:
             yield from iter_blocks(st)
             return
         self._verify(st)
+        if st.kind == "torch":
+            yield from torch_blocks(st, step)
+            return
         step = step or row_block(d, X.dtype.itemsize)
         for b0 in range(0, n, step):
             yield b0, X[b0 : b0 + step]
@@ -292,12 +303,14 @@ class LSRMemory(_MemoryBase):
 
     Parameters
     ----------
-    bank : array_like, numpy.memmap or dask.array.Array, shape (n, d)
+    bank : array_like, numpy.memmap, dask.array.Array or torch.Tensor, shape (n, d)
         Stored memories. float32 and float64 arrays are used in place, without a copy
         (read-only view plus fingerprint; editing the array afterwards is detected and
         refused, docs/scale.md); memory maps (``np.load(path, mmap_mode="r")``) are read
         block by block; a Dask array chunked by rows runs each pass as a map-reduce on
-        the active scheduler. Other integer and float dtypes are cast to float64 once;
+        the active scheduler; a float32/float64 ``torch.Tensor`` stays on its device and
+        each pass runs there (docs/scale.md, "Torch banks"). Other integer and float
+        dtypes of numpy arrays are cast to float64 once;
         other dtypes, non-finite values, an empty bank or a non-2-D array are refused.
     beta : float, optional
         Inverse temperature ``β > 0``.
@@ -397,6 +410,13 @@ class LSRMemory(_MemoryBase):
             if st.kind == "dask":
                 return dask_gate_pass(st, centres, r, threads=threads, canonical=canonical,
                                       **kw)
+            if st.kind == "torch":
+                h = None if self._is_pinned(st) else BankHasher(st.X.shape, st.extra["dtype"])
+                gp = torch_gate_pass(st, centres, r, hasher=h, canonical=canonical,
+                                     threads=threads, **kw)
+                if h is not None and h.hexdigest() != st.digest:
+                    raise _mutated("fingerprint mismatch")
+                return gp
             # the density estimate samples the whole bank: not with canonical sums, whose
             # backend is a public choice (docs/privacy-accounting.md §12.1)
             if index == "kdtree" and self.index == "auto" and not canonical:

@@ -10,7 +10,9 @@ counts and memberships:
 * :mod:`.dense`: blocked matrix-product tiles (any bank) and :func:`direct_sqdist`;
 * :mod:`.kdtree`: KD-tree candidates for low-dimensional in-memory banks;
 * :mod:`.memmap`: page release for memory-mapped banks;
-* :mod:`.dask`: a map-reduce over the row chunks of a Dask bank.
+* :mod:`.dask`: a map-reduce over the row chunks of a Dask bank;
+* :mod:`.torch`: the blocked pass on a torch tensor's own device (torch is imported only
+  when a tensor is given).
 
 The package never imports :mod:`brace.memory`; the memory chooses a backend per pass.
 """
