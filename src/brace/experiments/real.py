@@ -350,10 +350,15 @@ def _per_query(cfg, prep, qs: _Queries, Q, eps_total, method, rep) -> dict:
     q_all = qs.q[rep]
     y = np.empty_like(q_all)
     eps_used, spent, refused = [], [], 0
+    eps_global = None
     for w in range(qs.W):
         q = q_all[w * Q:(w + 1) * Q]
         pm = PrivateMemory(prep.mem, budget=(eps_total, cfg.delta), accounting=acct)
-        eps_q = float(pm.affordable_epsilon(q, steps=prep.steps, method=rel))
+        if acct == "global" and eps_global is not None:
+            eps_q = eps_global  # a fresh global budget prices Q queries wherever they are
+        else:
+            eps_q = float(pm.affordable_epsilon(q, steps=prep.steps, method=rel))
+            eps_global = eps_q if acct == "global" else None
         eps_used.append(eps_q)
         if eps_q > 0:
             seed = _ss(cfg.seed, _DS_CODE[prep.data.name], Q, _milli(eps_total), rep,
