@@ -406,9 +406,11 @@ def test_recommend_follows_the_per_query_budget():
     X = np.random.default_rng(0).normal(size=(300, 8))
     pm = PrivateMemory(X, radius=1.0, budget=(8.0, 1e-5), accounting="global")
     one = pm.recommend(1)
-    assert one.use == "retrieve" and one.per_query_epsilon >= 1.0
+    assert one.use == "retrieve" and one.step_noise <= 0.5
     many = pm.recommend(1000)
-    assert many.use == "snapshot" and many.per_query_epsilon < 1.0
+    assert many.use == "snapshot" and many.step_noise > 0.5
+    # a smaller stated gate predicts more noise
+    assert pm.recommend(10, gate_size=4).step_noise > pm.recommend(10).step_noise
     assert "synopsis" in str(many)
     # the figure is the per-query ε that Q queries at one place could spend
     q = np.zeros((10, 8))

@@ -79,26 +79,30 @@ from .synopsis import (
 )
 
 __all__ = ["BudgetExceededError", "PrivateMemory", "private_synopsis", "ACCOUNTINGS",
-           "QUERY_DELTA_SHARE", "RETRIEVE_MIN_EPSILON", "Recommendation",
+           "QUERY_DELTA_SHARE", "RETRIEVE_MAX_NOISE", "Recommendation",
            "LedgerState", "inspect_ledger", "migrate_json_ledger"]
 
 ACCOUNTINGS = ("local", "global")
 #: default per-query δ of :meth:`PrivateMemory.retrieve`: this share of the budget's δ
 QUERY_DELTA_SHARE = 0.01
-#: :meth:`PrivateMemory.recommend` advises per-query retrieval at or above this per-query ε
-RETRIEVE_MIN_EPSILON = 1.0
+#: :meth:`PrivateMemory.recommend` advises per-query retrieval when a released step's
+#: noise norm is at most this many radii, and assumes gates of this many memories
+RETRIEVE_MAX_NOISE = 0.5
+RECOMMEND_GATE = 32.0
 
 
 @dataclasses.dataclass(frozen=True)
 class Recommendation:
     """What :meth:`PrivateMemory.recommend` advises: ``use`` is ``"retrieve"`` or
     ``"snapshot"``; ``per_query_epsilon`` what each of ``queries`` queries of ``steps``
-    steps could spend now (all at one place); ``reason`` says why."""
+    steps could spend now (all at one place); ``step_noise`` the predicted noise norm
+    of a released step, in radii; ``reason`` says why."""
 
     use: str
     queries: int
     steps: int
     per_query_epsilon: float
+    step_noise: float
     reason: str
 
     def to_dict(self) -> dict[str, Any]:
@@ -581,52 +585,61 @@ class PrivateMemory:
             self._sync_outside()
             return _largest_fitting(usage, 1e-5, 1e4)
 
-    def recommend(self, queries: int, *, steps: int = 1,
-                  public_seeds: bool = True) -> Recommendation:
+    def recommend(self, queries: int, *, steps: int = 1, public_seeds: bool = True,
+                  gate_size: float = RECOMMEND_GATE) -> Recommendation:
         """Per-query retrieval or a synopsis, for a workload of ``queries`` queries of
         ``steps`` steps from what remains of the budget (``docs/guide.md``, "Which one
-        should I use?"). Public: it reads the recorded spend, never the bank.
+        should I use?"). Public: it reads the recorded spend and the stated workload,
+        never the bank.
 
-        The rule, drawn from ``brace experiment real`` and ``benchmarks/bench_real.py``:
-        per-query retrieval when each query can still spend at least
-        :data:`RETRIEVE_MIN_EPSILON` (its released point is then mostly signal); below
-        that, a synopsis seeded from public data (``public_seeds``), whose cost does not
-        grow with the number of queries. Without public seeds a synopsis needs ``d ≤ 3``
-        (a public grid); otherwise per-query retrieval is the only private option left.
+        Each of the queries could spend ``ε_q`` (all at one place: the global price),
+        which buys ``ρ`` per step. A released step of a gate of ``m = gate_size``
+        memories (your typical gate; default 32) then carries noise of norm about
+        ``sqrt(d)·(2r/m)/sqrt(2ρ)``; per-query retrieval is advised when that is at most
+        :data:`RETRIEVE_MAX_NOISE` ``· r`` (the answer is mostly signal), else a
+        synopsis seeded from public data (``public_seeds``), whose cost does not grow
+        with the number of queries. Without public seeds a synopsis needs ``d ≤ 3``
+        (a public grid), so per-query retrieval is the remaining option. The rule was
+        checked against ``brace experiment real`` (``docs/experiments.md`` §6).
         """
         Q = check_int_at_least("queries", queries, 1)
         T = check_steps(steps)
+        m = check_epsilon(gate_size, "gate_size")
         with self._locked():
             self._sync_outside()
             base = self._worst(())
         dlt = self._budget[1] * QUERY_DELTA_SHARE
+        plans: dict[float, Any] = {}
 
         def usage(eps: float) -> float:  # Q queries at one place: the global price
             try:
-                plan = plan_release(self._memory, method="brace", epsilon=eps, delta=dlt,
-                                    steps=T, queries=Q)
+                plans[eps] = plan_release(self._memory, method="brace", epsilon=eps,
+                                          delta=dlt, steps=T, queries=Q)
             except ValueError:
                 return math.inf
-            return self._filter.usage(base + weights(plan.spent.step_event) * (Q * T))
+            return self._filter.usage(base + weights(plans[eps].spent.step_event) * (Q * T))
 
         eps_q = _largest_fitting(usage, 1e-5, 1e4)
-        if eps_q >= RETRIEVE_MIN_EPSILON:
-            use, why = "retrieve", (
-                f"each of the {Q} queries can spend eps = {eps_q:.3g} >= "
-                f"{RETRIEVE_MIN_EPSILON:g}: per-query retrieval answers every query from "
-                "its own neighbourhood")
+        rho = plans[eps_q].spent.rho_per_step if eps_q > 0 else 0.0
+        noise = (math.sqrt(self._dim) * 2.0 / m / math.sqrt(2.0 * rho)) if rho > 0 \
+            else math.inf
+        said = (f"each of the {Q} queries can spend eps = {eps_q:.3g}; a released step "
+                f"of a {m:g}-memory gate then has noise of norm about {noise:.3g} r")
+        if noise <= RETRIEVE_MAX_NOISE:
+            use, why = "retrieve", (f"{said} <= {RETRIEVE_MAX_NOISE:g} r: per-query "
+                                    "retrieval answers each query from its own "
+                                    "neighbourhood")
         elif public_seeds or self._dim <= 3:
             use, why = "snapshot", (
-                f"each of the {Q} queries could spend only eps = {eps_q:.3g} < "
-                f"{RETRIEVE_MIN_EPSILON:g}, where a per-query answer is mostly noise; one "
-                "synopsis costs the same for any number of queries" + (
+                f"{said} > {RETRIEVE_MAX_NOISE:g} r, mostly noise; one synopsis costs the "
+                "same for any number of queries" + (
                     "" if public_seeds else " (seed it with seeds='grid' over a public box)"))
         else:
             use, why = "retrieve", (
-                f"each query could spend only eps = {eps_q:.3g}, but a synopsis in d = "
-                f"{self._dim} needs public seeds near the data (points drawn in a box see "
-                "empty gates); per-query retrieval is the remaining private option")
-        return Recommendation(use, Q, T, eps_q, why)
+                f"{said}, but a synopsis in d = {self._dim} needs public seeds near the "
+                "data (points drawn in a box see empty gates); per-query retrieval is the "
+                "remaining private option")
+        return Recommendation(use, Q, T, eps_q, noise, why)
 
     def _reserved(self, plan: Any, q: np.ndarray) -> tuple:
         fp = reserved_steps(plan, q)  # a public ball per step, before the bank is read
