@@ -21,7 +21,7 @@ from brace.synopsis import (
     cell_sensitivity,
     cell_sums,
     cell_unit,
-    merge_endpoints,
+    merge_centres,
     public_seeds,
 )
 
@@ -270,11 +270,13 @@ def test_public_seeds():
         public_seeds(10**6, 2, 1.0, bounds=(0, 1))
 
 
-def test_merge_endpoints():
+def test_merge_centres_is_leader_clustering_without_chaining():
     Y = np.array([[0.0, 0], [0.1, 0], [5, 5], [0.2, 0], [5.05, 5]])
-    labels, reps = merge_endpoints(Y, 0.15)
-    assert labels.tolist() == [0, 0, 1, 0, 1]
-    assert reps.tolist() == [1, 2] or reps.tolist() == [1, 4]
+    w = np.array([1.0, 5.0, 1.0, 1.0, 2.0])
+    assert merge_centres(Y, w, 0.15).tolist() == [0, 0, 1, 0, 1]
+    chain = np.array([[0.1 * i, 0.0] for i in range(10)])  # a row of close points
+    labels = merge_centres(chain, np.ones(10), 0.15)
+    assert labels.max() + 1 > 1  # not chained into one group, as single linkage would
 
 
 # --- post-processing --------------------------------------------------------------------
@@ -424,3 +426,19 @@ def test_recommend_follows_the_per_query_budget():
     assert pm.spent == 0.0
     with pytest.raises(ValueError, match="queries"):
         pm.recommend(0)
+
+
+def test_first_centres_merge_public_seeds_into_fuller_cells():
+    """Many public seeds on two modes merge into a few centres (public post-processing),
+    so each cell holds enough rows to pass the count threshold: the synopsis of the
+    mixture finds both modes from 200 public seeds at (1, 1e-5)."""
+    from brace.datasets import sample_mixture
+    from brace.synopsis import first_centres
+
+    public = sample_mixture(200, seed=1)
+    c = first_centres(public, 0.8)
+    assert 2 <= c.shape[0] <= 20
+    syn = private_synopsis(sample_mixture(2000, seed=0), radius=0.8, epsilon=1.0,
+                           delta=1e-5, seeds=public, seed=0)
+    assert syn.n_attractors == 2
+    assert np.sort(syn.attractors[:, 0]).tolist() == pytest.approx([-0.9, 0.9], abs=0.1)

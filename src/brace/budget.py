@@ -74,6 +74,7 @@ from .synopsis import (
     cell_sums,
     cell_unit,
     default_min_count,
+    first_centres,
     next_centres,
     public_seeds,
 )
@@ -689,7 +690,7 @@ class PrivateMemory:
             δ ``seed_delta`` (default budget δ / (4S)).
         seed : the noise's random draws (retrieval, then the cell rounds).
         method : ``"brace"`` or ``"global"``.
-        merge_radius : single-linkage radius of the merges (default ``r``).
+        merge_radius : radius of the merges (leader clustering; default ``r``).
         keep_seeds : cells whose noisy count is below ``min_count`` keep their centre,
             unmoved, instead of being dropped (default False). With seeds taken from
             public data, the synopsis then never has fewer attractors than the seeds
@@ -803,10 +804,9 @@ class PrivateMemory:
             else:
                 Y, eps_q, dlt, rows, step_w = np.empty((0, self._dim)), 0.0, 0.0, [], 0.0
                 key = hashlib.sha256(np.ascontiguousarray(S).tobytes()).hexdigest()
-            # round 1's centres: every endpoint and every (public) seed; the release's
-            # cost does not grow with the number of cells, and merging noisy endpoints
-            # first can chain clusters
-            centres = np.unique(np.concatenate([Y, S]), axis=0)
+            # round 1's centres: the endpoints and the (public) seeds, merged at the
+            # merge radius (leader clustering, densest first): post-processing
+            centres = first_centres(np.concatenate([Y, S]), mr)
             sigma = sens / math.sqrt(2.0 * rho_cell)
             groups = centres.shape[0]
             released = []

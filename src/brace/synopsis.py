@@ -8,7 +8,8 @@ the merge of the released endpoints, the per-row histogram and the :class:`Synop
 
 The synopsis of released endpoints ``Y_s`` (one per seed ``s``):
 
-1. The released endpoints are round 1's centres ``c_j``.
+1. The public seeds and the released endpoints, merged at ``merge_radius``
+   (:func:`first_centres`), are round 1's centres ``c_j``.
 2. *Cell rounds* (private releases): each bank row ``x`` joins the cell of the nearest
    centre ``c_j`` among those with ``‖x − c_j‖ ≤ r`` (none: no cell). One Gaussian
    release gives, for every cell, the sum of its rows' offsets ``x − c_j`` (rounded to
@@ -16,8 +17,9 @@ The synopsis of released endpoints ``Y_s`` (one per seed ``s``):
    vector by at most ``2a ≈ 2r`` in L2, however many cells there are (the cells are
    disjoint): :func:`cell_sensitivity`. The next centre is
    ``c_j + clip_r(sum_j / count_j)`` for each cell whose noisy count reaches
-   ``min_count`` (the others are dropped); centres within ``merge_radius`` are then
-   merged (single linkage, count-weighted): post-processing, :func:`next_centres`.
+   ``min_count`` (the others are dropped); centres within ``merge_radius`` of a heavier
+   one are then merged into it (leader clustering, count-weighted): post-processing,
+   :func:`next_centres`.
 """
 
 from __future__ import annotations
@@ -28,8 +30,6 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy.sparse import csr_array
-from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
 
 from ._io import strict_json
@@ -43,7 +43,8 @@ __all__ = [
     "cell_sums",
     "cell_unit",
     "default_min_count",
-    "merge_endpoints",
+    "first_centres",
+    "merge_centres",
     "next_centres",
     "public_seeds",
 ]
@@ -105,30 +106,43 @@ def _box(bounds: Any, dim: int) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
-def merge_endpoints(endpoints: np.ndarray, merge_radius: float
-                    ) -> tuple[np.ndarray, np.ndarray]:
-    """Single-linkage groups of the endpoints at ``merge_radius`` (post-processing):
-    ``(labels (S,), representatives (k,))`` with groups numbered by their first member
-    and each representative the member nearest to its group's mean (lowest index on a
-    tie)."""
-    Y = np.asarray(endpoints, dtype=np.float64)
-    S = Y.shape[0]
-    pairs = cKDTree(Y).query_pairs(merge_radius, output_type="ndarray")
-    g = csr_array((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(S, S)) \
-        if len(pairs) else csr_array((S, S))
-    _, raw = connected_components(g, directed=False)
-    _, first, labels = np.unique(raw, return_index=True, return_inverse=True)
-    order = np.argsort(np.argsort(first))  # renumber by first appearance
-    labels = order[labels]
-    k = int(labels.max()) + 1
-    cnt = np.bincount(labels, minlength=k)
-    means = np.zeros((k, Y.shape[1]))
-    np.add.at(means, labels, Y)
-    means /= cnt[:, None]
-    dist = np.linalg.norm(Y - means[labels], axis=1)
-    reps = np.array([np.flatnonzero(labels == j)[np.argmin(dist[labels == j])]
-                     for j in range(k)], dtype=np.int64)
-    return labels, reps
+def merge_centres(points: np.ndarray, weights: np.ndarray, merge_radius: float
+                  ) -> np.ndarray:
+    """Leader clustering (post-processing): visiting the points by decreasing weight
+    (lowest index first on a tie), an unassigned point becomes a leader and takes every
+    unassigned point within ``merge_radius`` of it. Unlike single linkage it never chains
+    a row of close points into one group. Returns each point's group ``(k,)``, groups
+    numbered in the order their leaders were visited."""
+    P = np.asarray(points, dtype=np.float64)
+    order = np.lexsort((np.arange(P.shape[0]), -np.asarray(weights, dtype=np.float64)))
+    tree = cKDTree(P)
+    labels = np.full(P.shape[0], -1, dtype=np.int64)
+    g = 0
+    for i in order:
+        if labels[i] >= 0:
+            continue
+        near = np.asarray(tree.query_ball_point(P[i], merge_radius), dtype=np.int64)
+        near = near[labels[near] < 0]
+        labels[near] = g
+        labels[i] = g
+        g += 1
+    return labels
+
+
+def first_centres(points: np.ndarray, merge_radius: float) -> np.ndarray:
+    """Round 1's centres (post-processing of public seeds and released endpoints): the
+    points merged by :func:`merge_centres` at ``merge_radius``, densest first (a point's
+    weight is how many points lie within ``merge_radius`` of it); each group's centre is
+    its mean. Fewer, fuller cells: a cell's noise does not shrink with its size, so many
+    seeds that split one cluster's rows would each fall below the count threshold."""
+    P = np.unique(np.asarray(points, dtype=np.float64), axis=0)
+    tree = cKDTree(P)
+    dens = tree.query_ball_point(P, merge_radius, return_length=True)
+    labels = merge_centres(P, dens, merge_radius)
+    g = int(labels.max()) + 1
+    out = np.zeros((g, P.shape[1]))
+    np.add.at(out, labels, P)
+    return out / np.bincount(labels, minlength=g)[:, None]
 
 
 def cell_unit(radius: float, n: int) -> float:
@@ -197,8 +211,9 @@ def next_centres(centres: np.ndarray, released: np.ndarray, radius: float,
     ``max(0, 1 − d(σ/count)²/‖step‖²)`` when the sums' noise std ``noise_std = σ`` is
     given (the step's noise is ``σ/count`` per coordinate); with ``keep_unmoved`` the
     cells below ``min_count`` are kept where they are instead of dropped; moved centres
-    within ``merge_radius`` are merged (count-weighted mean, counts added). Returns the
-    new centres and their noisy counts."""
+    within ``merge_radius`` of a heavier one are merged into it (leader clustering,
+    :func:`merge_centres`; count-weighted mean, counts added). Returns the new centres
+    and their noisy counts."""
     r = float(radius)
     m = released[:, -1] / r
     keep = m >= min_count  # prune first: merging empty cells would chain them together
@@ -218,8 +233,8 @@ def next_centres(centres: np.ndarray, released: np.ndarray, radius: float,
         step = step * np.maximum(0.0, 1.0 - noise / np.maximum(ss, 1e-300))
     norm = np.linalg.norm(step, axis=1, keepdims=True)
     moved = centres[keep] + step * np.minimum(1.0, r / np.maximum(norm, 1e-300))
-    labels, reps = merge_endpoints(moved, merge_radius)
-    g = reps.size
+    labels = merge_centres(moved, m, merge_radius)
+    g = int(labels.max()) + 1
     w = np.maximum(m, 1e-3)  # merge weights (an unmoved cell's noisy count may be < 0)
     out = np.zeros((g, moved.shape[1]))
     np.add.at(out, labels, moved * w[:, None])
