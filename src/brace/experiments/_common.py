@@ -21,6 +21,7 @@ __all__ = [
     "metadata",
     "mean_ci95",
     "read_jsonl",
+    "read_resumable",
     "append_jsonl",
     "pyplot",
     "NOT_DP_LABEL",
@@ -70,6 +71,19 @@ def read_jsonl(path: Path) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def read_resumable(path: Path, run_hash: str) -> list[dict]:
+    """The records of a resumable ``results.jsonl``; refuses a file written by another
+    configuration (another ``run_hash``)."""
+    existing = read_jsonl(path)
+    foreign = {r.get("run_hash") for r in existing} - {run_hash}
+    if foreign:
+        raise ValueError(
+            f"{path} holds results of a different configuration (run hash "
+            f"{sorted(map(str, foreign))[0][:12]}… ≠ {run_hash[:12]}…); pass another --out "
+            "or delete that file.")
+    return existing
 
 
 def append_jsonl(path: Path, records: list[dict]) -> None:

@@ -61,6 +61,7 @@ from ._common import (
     metadata,
     pyplot,
     read_jsonl,
+    read_resumable,
     save_figure,
 )
 
@@ -247,14 +248,7 @@ def run_mnist(
     run_hash = _run_hash(cfg, feats.config_hash)
     out_dir = Path(out_dir)
     results_path = out_dir / "results.jsonl"
-    existing = read_jsonl(results_path)
-    foreign = {r.get("run_hash") for r in existing} - {run_hash}
-    if foreign:
-        raise ValueError(
-            f"{results_path} holds results of a different configuration (run hash "
-            f"{sorted(map(str, foreign))[0][:12]}… ≠ {run_hash[:12]}…); pass another --out "
-            "or delete that file."
-        )
+    existing = read_resumable(results_path, run_hash)
     out_dir.mkdir(parents=True, exist_ok=True)
     done = {_key(r) for r in existing}
 

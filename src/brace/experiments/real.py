@@ -72,7 +72,15 @@ from .._validation import (
     check_nonnegative,
     check_positive,
 )
-from ._common import append_jsonl, mean_ci95, metadata, pyplot, read_jsonl, save_figure
+from ._common import (
+    append_jsonl,
+    mean_ci95,
+    metadata,
+    pyplot,
+    read_jsonl,
+    read_resumable,
+    save_figure,
+)
 from .real_data import NAMES, RealData, corrupt, load_real, public_radius
 
 __all__ = ["RealConfig", "QUICK", "METHODS", "run_real", "format_table"]
@@ -479,13 +487,7 @@ def run_real(
     run_hash = _run_hash(cfg)
     out_dir = Path(out_dir)
     results_path = out_dir / "results.jsonl"
-    existing = read_jsonl(results_path)
-    foreign = {r.get("run_hash") for r in existing} - {run_hash}
-    if foreign:
-        raise ValueError(
-            f"{results_path} holds results of a different configuration (run hash "
-            f"{sorted(map(str, foreign))[0][:12]}… ≠ {run_hash[:12]}…); pass another --out "
-            "or delete that file.")
+    existing = read_resumable(results_path, run_hash)
     done = {_key(r) for r in existing}
 
     loaded: dict[str, RealData] = {}
