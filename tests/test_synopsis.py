@@ -442,3 +442,28 @@ def test_first_centres_merge_public_seeds_into_fuller_cells():
                            delta=1e-5, seeds=public, seed=0)
     assert syn.n_attractors == 2
     assert np.sort(syn.attractors[:, 0]).tolist() == pytest.approx([-0.9, 0.9], abs=0.1)
+
+
+def test_audit_report_row_of_the_cell_round_passes_and_catches_broken_noise(monkeypatch):
+    """The report's synopsis row runs the library's release (release_cell_round) on the
+    worst same-cell pair: it passes, and a release whose sensitivity is a quarter of
+    Lemma 9's bound is caught (ε_lb above the claim)."""
+    import brace.synopsis as syn_mod
+    from brace.audit.report import format_report, report_bank
+    from brace.audit.synopsis import synopsis_row
+
+    X, q = report_bank(40, 2, 0.5, 9)
+    row = synopsis_row(X, q, epsilon=4.0, delta=1e-5, radius=0.5, n_runs=20_000,
+                       alpha=0.05, seed=0)
+    assert row["verdict"] == "pass" and 0.0 < row["epsilon_lb"] <= row["claimed_epsilon"]
+    true = syn_mod.cell_sensitivity
+    monkeypatch.setattr(syn_mod, "cell_sensitivity", lambda *a: 0.25 * true(*a))
+    broken = synopsis_row(X, q, epsilon=4.0, delta=1e-5, radius=0.5, n_runs=20_000,
+                          alpha=0.05, seed=0)
+    assert broken["verdict"] == "VIOLATION"
+    assert broken["epsilon_lb"] > broken["claimed_epsilon"]
+    text = format_report({"config": {"delta": 1e-5, "alpha": 0.05, "radius": 0.5},
+                          "rows": [row], "private_mechanisms_pass": True,
+                          "naive_and_broken_caught": True, "passed": True,
+                          "overall": "PASS", "wall_time_s": 1.0})
+    assert "synopsis cell round" in text

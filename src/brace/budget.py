@@ -71,12 +71,12 @@ from .synopsis import (
     CELL_SHARE,
     Synopsis,
     cell_sensitivity,
-    cell_sums,
     cell_unit,
     default_min_count,
     first_centres,
     next_centres,
     public_seeds,
+    release_cell_round,
 )
 
 __all__ = ["BudgetExceededError", "PrivateMemory", "private_synopsis", "ACCOUNTINGS",
@@ -811,9 +811,7 @@ class PrivateMemory:
             groups = centres.shape[0]
             released = []
             for _ in range(R):  # each round: one Gaussian release over disjoint cells
-                cnt, sums, _ = cell_sums(self.bank, centres, rc)
-                noisy = np.concatenate([sums, rc * cnt[:, None]], axis=1) + sigma * \
-                    rng.standard_normal((centres.shape[0], self._dim + 1))
+                noisy, _ = release_cell_round(self.bank, centres, rc, rho_cell, rng)
                 released.append((centres, noisy))
                 thr = (default_min_count(sigma / rc, centres.shape[0]) if min_count is None
                        else float(min_count))

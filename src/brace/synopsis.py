@@ -47,6 +47,7 @@ __all__ = [
     "merge_centres",
     "next_centres",
     "public_seeds",
+    "release_cell_round",
 ]
 
 CELL_SHARE = 0.8  # default share of a snapshot's zCDP budget spent on the cell rounds
@@ -104,6 +105,18 @@ def _box(bounds: Any, dim: int) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"bounds must be finite with lo < hi in every coordinate; got "
                          f"{bounds!r}.")
     return lo, hi
+
+
+def release_cell_round(bank: Any, centres: np.ndarray, radius: float, rho: float,
+                       rng: np.random.Generator) -> tuple[np.ndarray, float]:
+    """One cell round (``docs/privacy-accounting.md`` §14, Lemma 9): ``(released, σ)``,
+    ``released`` ``(k, d + 1)`` every cell's offset sum and ``radius`` × its count with
+    ``N(0, σ²)`` noise, ``σ = cell_sensitivity/sqrt(2ρ)``: ``ρ``-zCDP whatever ``k``."""
+    C = np.asarray(centres, dtype=np.float64)
+    cnt, sums, unit = cell_sums(bank, C, radius)
+    sigma = cell_sensitivity(radius, unit, C.shape[1]) / math.sqrt(2.0 * float(rho))
+    stacked = np.concatenate([sums, float(radius) * cnt[:, None]], axis=1)
+    return stacked + sigma * rng.standard_normal(stacked.shape), sigma
 
 
 def merge_centres(points: np.ndarray, weights: np.ndarray, merge_radius: float
