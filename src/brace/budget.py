@@ -560,10 +560,10 @@ class PrivateMemory:
                            method: str = "brace", noise: str = "plain",
                            **kw: Any) -> float:
         """The largest per-query ε at which ``retrieve(queries, steps=…, epsilon=ε, …)``
-        with the same arguments would be admitted now (0.0 if none), to a relative
-        ``1e-6``. Public: it reads only the recorded footprints and the queries. A
-        bisection over ε in log space; each trial prices the call as :meth:`retrieve`
-        does (its plan and reserved footprints)."""
+        with the same arguments would be admitted now (0.0 if none), to about a relative
+        ``1e-5``. Public: it reads only the recorded footprints and the queries. Brent's
+        method on ``log ε`` (:func:`_largest_fitting`); each trial prices the call as
+        :meth:`retrieve` does (its plan and reserved footprints)."""
         if method not in PRIVATE_METHODS:
             raise ValueError(f"method must be one of {PRIVATE_METHODS}; got {method!r}.")
         q, _ = check_queries(queries, self._dim, name="queries")
@@ -758,7 +758,6 @@ class PrivateMemory:
                         f"no snapshot of {R} cell rounds fits in what remains of the budget. "
                         "Nothing was released or spent.", spent=self.spent,
                         remaining=self.remaining, requested_total=math.inf)
-                share = 1.0
             else:
                 rho_cell = share * rho_from_eps_delta(total, b_delta) / R
             cell_w = weights(acc_events.GaussianStep(rho_cell))
@@ -811,7 +810,7 @@ class PrivateMemory:
             groups = centres.shape[0]
             released = []
             for _ in range(R):  # each round: one Gaussian release over disjoint cells
-                noisy, _ = release_cell_round(self.bank, centres, rc, rho_cell, rng)
+                noisy, _ = release_cell_round(self._memory, centres, rc, rho_cell, rng)
                 released.append((centres, noisy))
                 thr = (default_min_count(sigma / rc, centres.shape[0]) if min_count is None
                        else float(min_count))

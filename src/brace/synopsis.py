@@ -34,6 +34,7 @@ from scipy.spatial import cKDTree
 
 from ._io import strict_json
 from ._validation import check_positive, check_queries, check_steps
+from .mechanisms import SEED_WITHHELD
 
 __all__ = [
     "CELL_SHARE",
@@ -115,8 +116,12 @@ def release_cell_round(bank: Any, centres: np.ndarray, radius: float, rho: float
     C = np.asarray(centres, dtype=np.float64)
     cnt, sums, unit = cell_sums(bank, C, radius)
     sigma = cell_sensitivity(radius, unit, C.shape[1]) / math.sqrt(2.0 * float(rho))
-    stacked = np.concatenate([sums, float(radius) * cnt[:, None]], axis=1)
-    return stacked + sigma * rng.standard_normal(stacked.shape), sigma
+    # the exact statistic in grid units (integers below 2^53: exact in float64; r is
+    # 2^b units); the noise is added there, and the product by the unit after it is
+    # post-processing
+    stacked = np.concatenate([sums, cnt[:, None] * (float(radius) / unit)], axis=1)
+    noisy = stacked.astype(np.float64) + (sigma / unit) * rng.standard_normal(stacked.shape)
+    return noisy * unit, sigma
 
 
 def merge_centres(points: np.ndarray, weights: np.ndarray, merge_radius: float
@@ -177,11 +182,14 @@ def cell_sensitivity(radius: float, unit: float, dim: int) -> float:
 def cell_sums(bank: Any, centres: np.ndarray, radius: float
               ) -> tuple[np.ndarray, np.ndarray, float]:
     """The exact cell statistics of a synopsis round: ``(counts (k,) int64, sums (k, d)
-    float64, unit)``. Row ``x`` belongs to the cell of its nearest centre among those
-    with ``‖x − c_j‖ ≤ radius`` (none: no cell); ``sums[j]`` is the sum over cell ``j``
-    of ``x − c_j`` rounded to the public grid ``unit`` (:func:`cell_unit`), added
-    exactly in integers (no sum depends on the order of the rows) and exactly
-    representable in float64.
+    int64 in units of ``unit``, unit)``. ``bank`` is an array or an
+    :class:`~brace.LSRMemory` (read by its verified row blocks, so memory-mapped, Dask
+    and torch banks work). Row ``x``
+    belongs to the cell of its nearest centre among those with ``‖x − c_j‖ ≤ radius``
+    (none: no cell); ``sums[j]`` is the sum over cell ``j`` of ``x − c_j`` rounded to
+    the public grid ``unit`` (:func:`cell_unit`), in grid units, added exactly in
+    integers (no sum depends on the order of the rows); every sum is below ``2^53``
+    units, so it converts to float64 exactly.
 
     A row's cell and rounded offset are computed from that row and the public centres
     only — squared distances summed coordinate by coordinate, row by row, never by a
@@ -191,13 +199,17 @@ def cell_sums(bank: Any, centres: np.ndarray, radius: float
     C = np.asarray(centres, dtype=np.float64)
     k, d = C.shape
     r2 = float(radius) ** 2
-    n = bank.shape[0]
+    if hasattr(bank, "_blocks"):  # a memory: its verified row blocks (any backend)
+        n, blocks = bank.n_memories, (Xb for _, Xb in bank._blocks())
+    else:
+        n, blocks = bank.shape[0], (bank,)
     unit = cell_unit(radius, n)
     counts = np.zeros(k, dtype=np.int64)
     sums = np.zeros((k, d), dtype=np.int64)
     step = max(1, _TILE // max(1, k * d))
-    for i in range(0, n, step):
-        X = np.asarray(bank[i:i + step], dtype=np.float64)
+    tiles = (np.asarray(B[i:i + step], dtype=np.float64)
+             for B in blocks for i in range(0, B.shape[0], step))
+    for X in tiles:
         with np.errstate(over="ignore", invalid="ignore"):
             diff = X[:, None, :] - C[None, :, :]
             d2 = (diff * diff).sum(axis=2)
@@ -211,7 +223,7 @@ def cell_sums(bank: Any, centres: np.ndarray, radius: float
             off = np.rint(diff[rows, j[rows]] / unit).astype(np.int64)  # |off| <= 2^b + 1
             np.add.at(sums, j[rows], off)
             counts += np.bincount(j[rows], minlength=k)
-    return counts, sums.astype(np.float64) * unit, unit
+    return counts, sums, unit
 
 
 def next_centres(centres: np.ndarray, released: np.ndarray, radius: float,
@@ -231,14 +243,11 @@ def next_centres(centres: np.ndarray, released: np.ndarray, radius: float,
     m = released[:, -1] / r
     keep = m >= min_count  # prune first: merging empty cells would chain them together
     keep[int(np.argmax(m))] = True
+    step = released[:, :-1] / np.maximum(m, 1.0)[:, None]
     if keep_unmoved:  # the others stay where they are (no step), counted as released
-        rel = np.where(keep[:, None], released, 0.0)
-        keep = np.ones_like(keep)
-        m_all = m
-    else:
-        rel = released
-    m = m[keep]
-    step = rel[keep, :-1] / np.maximum(m, 1.0)[:, None]
+        step[~keep] = 0.0
+        keep[:] = True
+    m, step = m[keep], step[keep]
     if noise_std > 0.0:  # positive-part James-Stein shrinkage of the noisy step
         d = step.shape[1]
         ss = np.sum(step * step, axis=1, keepdims=True)
@@ -254,7 +263,7 @@ def next_centres(centres: np.ndarray, released: np.ndarray, radius: float,
     wsum = np.zeros(g)
     np.add.at(wsum, labels, w)
     cnt = np.zeros(g)
-    np.add.at(cnt, labels, m_all if keep_unmoved else m)
+    np.add.at(cnt, labels, m)
     return out / wsum[:, None], cnt
 
 
@@ -335,19 +344,26 @@ class Synopsis:
             raise ValueError(f"how must be 'nearest' or 'lsr'; got {how!r}.")
         return out[0] if single else out
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able dict of every field (all public)."""
+    def to_dict(self, *, include_seed: bool = False) -> dict[str, Any]:
+        """JSON-able dict of every field. ``params["seed"]`` regenerates the noise, so it
+        is secret and withheld unless ``include_seed=True`` (as for a release,
+        :data:`brace.mechanisms.SEED_WITHHELD`); everything else is public."""
+        params = dict(self.params)
+        if not include_seed and params.get("seed") is not None:
+            params["seed"] = None
+            params["seed_null_reason"] = SEED_WITHHELD
         return {
             "attractors": self.attractors.tolist(), "counts": self.counts.tolist(),
             "radius": self.radius, "seeds": self.seeds.tolist(),
             "endpoints": self.endpoints.tolist(),
             "epsilon": self.epsilon, "delta": self.delta,
             "seed_epsilon": self.seed_epsilon, "seed_delta": self.seed_delta,
-            "cell_rho": self.cell_rho, "params": dict(self.params),
+            "cell_rho": self.cell_rho, "params": params,
         }
 
-    def to_json(self) -> str:
-        return json.dumps(strict_json(self.to_dict()), allow_nan=False)
+    def to_json(self, *, include_seed: bool = False) -> str:
+        return json.dumps(strict_json(self.to_dict(include_seed=include_seed)),
+                          allow_nan=False)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Synopsis:

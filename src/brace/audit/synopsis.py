@@ -37,8 +37,8 @@ def synopsis_row(X: np.ndarray, q: np.ndarray, *, epsilon: float, delta: float,
     claim = float(epsilon)
 
     def means(bank: np.ndarray) -> np.ndarray:
-        cnt, sums, _ = cell_sums(bank, C, radius)
-        return np.concatenate([sums, radius * cnt[:, None]], axis=1).ravel()
+        cnt, sums, unit = cell_sums(bank, C, radius)
+        return np.concatenate([sums * unit, radius * cnt[:, None]], axis=1).ravel()
 
     _, sigma = release_cell_round(X, C, radius, rho, np.random.default_rng(0))
     w = (means(Xp) - means(X)) / sigma**2  # the log-likelihood ratio is w·V + const
