@@ -108,7 +108,7 @@ def test_refusal_spends_nothing_and_says_what_is_left(bank):
 
 
 def test_refusal_happens_before_anything_is_computed(bank, monkeypatch):
-    import brace.budget as budget_module
+    import brace.budget.facade as budget_module
 
     pm = PrivateMemory(bank, radius=0.8, budget=(1.0, 1e-5))
 

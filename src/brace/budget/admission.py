@@ -1,0 +1,184 @@
+"""Admission through the privacy filter (``docs/privacy-accounting.md`` §12): the worst
+pair of neighbours with a call at its reserved footprints, the refusal
+(:class:`BudgetExceededError`) and what would fit, the call key of a free repeat, and
+the search for the largest parameter the filter admits."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+import numpy as np
+from scipy.optimize import brentq
+
+from ..accounting import eps_from_rho_delta
+from ..accounting.filter import ROUNDING, K, convert
+from ..footprints import reserved_radius, reserved_steps
+from ..ledger_state import plural, weights
+
+#: default per-query δ of :meth:`PrivateMemory.retrieve`: this share of the budget's δ
+QUERY_DELTA_SHARE = 0.01
+
+
+class BudgetExceededError(RuntimeError):
+    """A release would take the privacy loss past the budget; nothing was released and
+    nothing was spent. ``spent``, ``remaining`` and ``requested_total`` are ε at the
+    budget's δ (``requested_total``: what the history would cost with the call at its
+    reserved footprints); ``reason`` is ``"epsilon"`` or ``"delta"``;
+    ``affordable_epsilon`` is the largest per-query ε of the same call that would fit
+    (0 if none)."""
+
+    def __init__(self, message: str, *, spent: float, remaining: float,
+                 requested_total: float, reason: str = "epsilon",
+                 affordable_epsilon: float = 0.0) -> None:
+        super().__init__(message)
+        self.spent = spent
+        self.remaining = remaining
+        self.requested_total = requested_total
+        self.reason = reason
+        self.affordable_epsilon = affordable_epsilon
+
+
+_PLAN_KW = ("kappa", "gamma", "accounting", "output_projection", "release")
+_REFUSED_KW = {
+    "return_clean": "the noiseless trajectory is not private",
+    "_innovations": "caller-supplied innovations carry no guarantee",
+    "memory": "the bank is the PrivateMemory's own",
+    "queries": "pass the queries as the first argument",
+    "rng": "pass seed= (the release's random draws)",
+}
+
+
+
+class Admission:
+    """Mixin: pricing a call against the filter before the bank is read."""
+
+    def _worst(self, extra: tuple, admission: bool = False) -> np.ndarray:
+        """The worst pair's weights; with ``admission`` only the filter's columns are
+        searched (the others hold the global total, which bounds them too)."""
+        if self._accounting == "global":
+            out = self._index.total.copy()
+            for _, _, w in extra:
+                out += np.asarray(w).sum(axis=0)
+            return out * ROUNDING
+        cols = (*self._filter.orders, K) if admission else None
+        if not extra and not admission:
+            if self._worst_cache is None or self._worst_cache[0] != len(self._index):
+                self._worst_cache = (len(self._index), self._index.worst_pair())
+            return self._worst_cache[1]
+        return self._index.worst_pair(extra, cols=cols)
+
+    # ----------------------------------------------------------------------------------
+
+    def _refuse(self, worst, reserved_w, plan, q, T, eps, dlt, method) -> None:
+        b_eps, b_delta = self._budget
+        before = convert(self._worst(()), b_delta)
+        after = convert(worst, b_delta)
+        left = max(0.0, b_eps - before)
+        what = (f"this release ({plural(q.shape[0], 'query', 'queries')} x "
+                f"{plural(T, 'step')} at ({eps:g}, {dlt:g}) per query, {method}, "
+                f"{plan.release} release)")
+        if not worst[K] <= self._filter.delta_direct:
+            raise BudgetExceededError(
+                f"{what} would bring the direct failure probability charged to one pair "
+                f"of neighbours to {worst[K]:.3g}, over the filter's delta share "
+                f"{self._filter.delta_direct:.3g} of the budget delta {b_delta:g}: delta is "
+                "the problem. Ask with a smaller per-query delta (the count release spends "
+                "a share of it directly) or fewer queries. Nothing was released or spent.",
+                spent=before, remaining=left, requested_total=after, reason="delta")
+        afford = self._affordable(q, reserved_w, plan, dlt)
+        where = ""
+        if self._accounting == "local" and len(self._index):
+            i = int(np.argmax(self._index.U[:, self._filter.orders[0]]))
+            c = np.array2string(self._index.centres[i], precision=3, threshold=6)
+            where = (f" The most charged place is around {c}; queries whose reserved "
+                     f"balls (radius {float(reserved_radius(plan, q)[0]):.3g}) stay away "
+                     "from the charged places cost less.")
+        raise BudgetExceededError(
+            f"{what} would take the worst pair of neighbouring banks to eps = {after:.6g} "
+            f"at delta = {b_delta:g} (with the call's reserved footprints), past what the "
+            f"filter admits for the budget eps = {b_eps:g}. Spent so far: {before:.6g}; "
+            f"remaining: {left:.6g}. " + (
+                "No call of this shape fits: ask for fewer queries or steps."
+                if afford == 0.0 else
+                f"The same call fits at a per-query epsilon of about {afford:.3g} "
+                "(Gaussian conversion of its admissible share).")
+            + where + " Nothing was released or spent.",
+            spent=before, remaining=left, requested_total=after, reason="epsilon",
+            affordable_epsilon=afford)
+
+    def _affordable(self, q, reserved_w, plan, dlt) -> float:
+        """The largest share ``c ∈ [0, 1]`` of the call's reserved weight that the filter
+        admits now (bisection), and about what per-query ε that is (the Gaussian
+        conversion of ``c`` times the query's zCDP cost at the call's δ)."""
+        res_fp = reserved_steps(plan, q)
+
+        def fits(c: float) -> bool:
+            return self._filter.admits(self._worst(
+                ((res_fp.centres, res_fp.radii, reserved_w * c),), admission=True))
+
+        lo, hi = 0.0, 1.0
+        for _ in range(14):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        if lo == 0.0:
+            return 0.0
+
+        rho = plan.spent.rho_per_step * plan.releases
+        return eps_from_rho_delta(lo * rho, dlt)
+
+    # ----------------------------------------------------------------------------------
+
+    def _reserved(self, plan: Any, q: np.ndarray) -> tuple:
+        fp = reserved_steps(plan, q)  # a public ball per step, before the bank is read
+        return (fp.centres, fp.radii,
+                np.broadcast_to(weights(plan.spent.step_event), (len(fp), K + 1)))
+
+
+
+def _call_key(q: np.ndarray, T: int, eps: float, dlt: float, method: str, plan: Any,
+              kw: dict[str, Any]) -> str:
+    """SHA-256 of everything that defines a release: the queries' bytes and shape, the
+    horizon, (ε, δ), the method, the plan's decisions and every other keyword."""
+    h = hashlib.sha256()
+    h.update(np.ascontiguousarray(q, dtype=np.float64).tobytes())
+    other = {k: repr(v) for k, v in sorted(kw.items())
+             if k not in _PLAN_KW and k != "progress"}
+    h.update(json.dumps({
+        "shape": list(q.shape), "steps": T, "epsilon": float(eps).hex(),
+        "delta": float(dlt).hex(), "method": method, "release": plan.release,
+        "gamma": float(plan.gamma).hex(), "kappa": repr(plan.kappa),
+        "projection": plan.output_projection, "accounting": plan.accounting,
+        "other": other,
+    }, sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def _largest_fitting(usage: Any, lo: float, hi: float, rel: float = 1e-5) -> float:
+    """The largest ``x ∈ [lo, hi]`` whose filter ``usage(x)`` is ≤ 1 (``usage``
+    nondecreasing; ``inf`` where the call cannot be planned), to about a relative
+    ``rel``: Brent's method on ``log usage`` against ``log x`` (nearly linear for
+    Gaussian steps), then a check that the answer itself is admitted; 0.0 if ``lo`` is
+    not."""
+    cache: dict[float, float] = {}
+
+    def g(t: float) -> float:
+        if t not in cache:
+            u = usage(math.exp(t))
+            cache[t] = 700.0 if not u < math.inf else math.log(max(u, 1e-300))
+        return cache[t]
+
+    a, b = math.log(lo), math.log(hi)
+    if g(a) > 0.0:
+        return 0.0
+    if g(b) <= 0.0:
+        return hi
+    t = brentq(g, a, b, xtol=rel * 0.1, rtol=1e-12, maxiter=200)
+    t = min(t, b)
+    step = rel
+    while g(t) > 0.0 and t > a:  # land on the admitted side
+        t = max(a, t - step)
+        step *= 2.0
+    return math.exp(t) if g(t) <= 0.0 else 0.0

@@ -1,0 +1,267 @@
+"""The one-shot private synopsis of a :class:`brace.PrivateMemory`
+(``PrivateMemory.snapshot``, ``docs/privacy-accounting.md`` §14): priced and charged
+once through the filter, recorded in the ledger as ``synopsis-cells`` rows."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import math
+from typing import Any
+
+import numpy as np
+
+from .. import accounting as acc_events
+from .. import ledger as _ledger
+from .._validation import (
+    check_delta,
+    check_epsilon,
+    check_int_at_least,
+    check_steps,
+    rng_and_record,
+)
+from ..accounting import rho_from_eps_delta
+from ..accounting.filter import convert
+from ..footprints import CLEAN_MARGIN, GATE_MARGIN, footprints
+from ..ledger_state import weights
+from ..mechanisms import DIAGNOSTIC_FIELDS, private_retrieve
+from ..memory import pins_bank
+from ..plan import plan_release
+from ..synopsis import (
+    CELL_SHARE,
+    Synopsis,
+    cell_sensitivity,
+    cell_unit,
+    default_min_count,
+    first_centres,
+    next_centres,
+    public_seeds,
+    release_cell_round,
+)
+from .admission import BudgetExceededError, _call_key, _largest_fitting
+
+
+class Snapshots:
+    """Mixin: :meth:`snapshot`."""
+
+    @pins_bank
+    def snapshot(self, seeds: Any, *, steps: int = 0, epsilon: float | None = None,
+                 seed: Any = None, bounds: Any = None, public_seed: int = 0,
+                 method: str = "brace", rounds: int = 2, cell_share: float = CELL_SHARE,
+                 merge_radius: float | None = None, min_count: float | None = None,
+                 seed_delta: float | None = None, cell_radius: float | None = None,
+                 keep_seeds: bool = False, **kw: Any) -> Synopsis:
+        """A one-shot private synopsis: private retrieval from public ``seeds``, merged
+        into attractors, refined by private cell means with noisy counts, charged once
+        (``docs/privacy-accounting.md`` §14). Later queries are answered from the
+        returned :class:`Synopsis` by post-processing, free.
+
+        1. Optionally (``steps ≥ 1``), each seed runs ``steps`` private retrieval steps
+           (``method``, its default release, output projection on).
+        2. ``rounds`` cell rounds: every bank row within ``r`` of a centre joins the cell
+           of its nearest centre; one Gaussian release gives every cell's noisy offset
+           sum and noisy count (L2 sensitivity ``≈ 2r`` for all cells together: the cells
+           are disjoint); the new centre is ``c + clip_r(sum/count)`` (the step shrunk
+           by its noise), centres within ``merge_radius`` merged. Round 1 starts at the
+           seeds and the endpoints. A cell round is one LSR step (the mean of a gate of
+           radius ``r_c``) for all centres at once, over a partition of the rows.
+        3. Cells whose noisy count is below ``min_count`` are dropped (the largest is
+           always kept).
+
+        Parameters
+        ----------
+        seeds : (S, d) array of public points, an int ``S`` (uniform in the public box
+            ``bounds``, drawn from ``public_seed``) or ``"grid"`` (d ≤ 3, spacing r over
+            ``bounds``). Seeds must not depend on the bank: public data, past public
+            queries, or a public box. In high d, a seed in an empty region has an empty
+            gate and does not move (``docs/guide.md``, "Which one should I use?").
+        steps : private retrieval steps per seed before the cell rounds (default 0: none;
+            the cell rounds start at the seeds and take the whole budget). Trajectories
+            let seeds far from the modes travel up to ``(T+1)r``, but each seed pays for
+            its own steps: at ε ≤ 4 on the mixture and on digits the cell rounds alone
+            did as well or better (``docs/benchmarks.md``, "Real data against peers").
+        epsilon : ε at the budget's δ that the snapshot alone may cost (everything it
+            releases, composed); None spends what the filter admits now. A share
+            ``cell_share`` of its zCDP budget goes to the cell rounds (split evenly);
+            the per-seed ε of the retrieval is then the largest that fits, at per-seed
+            δ ``seed_delta`` (default budget δ / (4S)).
+        seed : the noise's random draws (retrieval, then the cell rounds).
+        method : ``"brace"`` or ``"global"``.
+        merge_radius : radius of the merges (leader clustering; default ``r``).
+        keep_seeds : cells whose noisy count is below ``min_count`` keep their centre,
+            unmoved, instead of being dropped (default False). With seeds taken from
+            public data, the synopsis then never has fewer attractors than the seeds
+            that merge into them: at worst it is the public seeds themselves.
+        cell_radius : radius ``r_c`` of the cells (default ``r``; public). Larger cells
+            hold more rows each, so their noisy means are more accurate, at a coarser
+            summary; the sensitivity is about ``2·r_c``.
+        min_count : noisy-count threshold (default: the count noise's std times
+            ``sqrt(2·log(4k))`` for ``k`` cells, so an empty cell survives with
+            probability below about ``1/(4k)``).
+        **kw : ``release``, ``kappa``, ``gamma`` as in :meth:`retrieve`.
+
+        Raises :class:`BudgetExceededError` before the bank is read if no snapshot of
+        this shape fits.
+        """
+        if method not in ("brace", "global"):
+            raise ValueError(f"snapshot method must be 'brace' or 'global'; got {method!r}.")
+        for k in kw:
+            if k not in ("release", "kappa", "gamma"):
+                raise TypeError(f"snapshot does not take {k}=.")
+        T = 0 if isinstance(steps, int) and not isinstance(steps, bool) and steps == 0 \
+            else check_steps(steps)
+        R = check_int_at_least("rounds", rounds, 1)
+        S = public_seeds(seeds, self._dim, self.radius, bounds=bounds,
+                         public_seed=public_seed)
+        share = float(cell_share)
+        if not 0.0 < share < 1.0:
+            raise ValueError(f"cell_share must be in (0, 1); got {cell_share!r}.")
+        dlt = (self._budget[1] / (4.0 * S.shape[0]) if seed_delta is None
+               else check_delta(seed_delta, "seed_delta"))
+        mr = self.radius if merge_radius is None else check_epsilon(merge_radius,
+                                                                    "merge_radius")
+        r, n, b_delta = self.radius, self._fingerprint["shape"][0], self._budget[1]
+        rc = r if cell_radius is None else check_epsilon(cell_radius, "cell_radius")
+        unit = cell_unit(rc, n)
+        sens = cell_sensitivity(rc, unit, self._dim)
+        rng, seed_record = rng_and_record(seed)
+        ctx = self._db.transaction() if self._db is not None else contextlib.nullcontext()
+        with self._locked(), ctx:
+            if self._db is not None:
+                self._check_binding(self._db.meta)
+                self._sync()
+            total = (max(0.0, self._budget[0] - convert(self._worst(()), b_delta))
+                     if epsilon is None else check_epsilon(epsilon))
+            if total <= 0.0:
+                raise BudgetExceededError(
+                    "no budget remains for a snapshot. Nothing was released or spent.",
+                    spent=self._budget[0], remaining=0.0, requested_total=math.inf)
+            hc, hr = np.mean(S, axis=0), _cells_radius(S, T, R, r, rc)
+
+            def cells(rho: float) -> tuple:
+                w = weights(acc_events.GaussianStep(rho))
+                return (np.repeat(hc[None], R, 0), np.full(R, hr), np.tile(w, (R, 1)))
+
+            if T == 0:  # cell rounds only, from the seeds: all of the budget to them
+                def cell_usage(rho: float) -> float:
+                    u = self._filter.usage(self._worst((cells(rho),), admission=True))
+                    if epsilon is not None:
+                        u = max(u, convert(cells(rho)[2].sum(axis=0), b_delta) / total)
+                    return u
+
+                rho_cell = _largest_fitting(cell_usage, 1e-12, 1e6)
+                if rho_cell == 0.0:
+                    raise BudgetExceededError(
+                        f"no snapshot of {R} cell rounds fits in what remains of the budget. "
+                        "Nothing was released or spent.", spent=self.spent,
+                        remaining=self.remaining, requested_total=math.inf)
+            else:
+                rho_cell = share * rho_from_eps_delta(total, b_delta) / R
+            cell_w = weights(acc_events.GaussianStep(rho_cell))
+            res_cells = cells(rho_cell)
+            plans: dict[float, Any] = {}
+
+            def usage(e: float) -> float:
+                try:
+                    plan = plan_release(self._memory, method=method, epsilon=e, delta=dlt,
+                                        steps=T, queries=S.shape[0], **kw)
+                except ValueError:
+                    return math.inf
+                plans[e] = plan
+                u = self._filter.usage(self._worst((self._reserved(plan, S), res_cells),
+                                                   admission=True))
+                if epsilon is not None:  # the snapshot alone within its own epsilon
+                    alone = convert(weights(plan.spent.step_event) * (S.shape[0] * T)
+                                    + cell_w * R, b_delta)
+                    u = max(u, alone / total)
+                return u
+
+            eps_q = _largest_fitting(usage, 1e-5, 1e4) if T else math.inf
+            if eps_q == 0.0:
+                raise BudgetExceededError(
+                    f"no snapshot of {S.shape[0]} seeds x {T} steps and {R} cell rounds "
+                    "fits in what remains of the budget. Use fewer seeds, steps or rounds. "
+                    "Nothing was released or spent.", spent=self.spent,
+                    remaining=self.remaining, requested_total=math.inf)
+            if T:
+                plan = plans[eps_q]
+                res = private_retrieve(self._memory, S, method=method, epsilon=eps_q,
+                                       delta=dlt, steps=T, seed=rng, **kw)
+                if res.privacy.rho_per_step != plan.spent.rho_per_step \
+                        or not res.is_private:
+                    raise RuntimeError("snapshot: the release was not calibrated as priced.")
+                Y = res.outputs[:, -1]
+                key = _call_key(S, T, eps_q, dlt, method, plan, kw)
+                fp = footprints(plan, S, res.outputs)
+                rows = [(self._record(method, S, T, eps_q, dlt, plan, res), key,
+                         fp.centres, fp.radii, res.outputs,
+                         getattr(res, "released_counts", None))]
+                step_w = weights(plan.spent.step_event) * (S.shape[0] * T)
+            else:
+                Y, eps_q, dlt, rows, step_w = np.empty((0, self._dim)), 0.0, 0.0, [], 0.0
+                key = hashlib.sha256(np.ascontiguousarray(S).tobytes()).hexdigest()
+            # round 1's centres: the endpoints and the (public) seeds, merged at the
+            # merge radius (leader clustering, densest first): post-processing
+            centres = first_centres(np.concatenate([Y, S]), mr)
+            sigma = sens / math.sqrt(2.0 * rho_cell)
+            groups = centres.shape[0]
+            released = []
+            for _ in range(R):  # each round: one Gaussian release over disjoint cells
+                noisy, _ = release_cell_round(self._memory, centres, rc, rho_cell, rng)
+                released.append((centres, noisy))
+                thr = (default_min_count(sigma / rc, centres.shape[0]) if min_count is None
+                       else float(min_count))
+                centres, counts = next_centres(centres, noisy, rc, mr, thr, sigma,
+                                               keep_unmoved=bool(keep_seeds))
+            for i, (c, v) in enumerate(released):
+                rows.append(({
+                    # outputs (k, 2, d): each cell's centre and noisy offset sum
+                    "method": _ledger.CELLS_METHOD, "queries": int(c.shape[0]), "steps": 2,
+                    "dim": self._dim, "epsilon": convert(cell_w, b_delta),
+                    "delta": b_delta, "release": "cells",
+                    "event": _ledger.event_to_dict(acc_events.GaussianStep(rho_cell)),
+                    "params": {"radius": rc, "sensitivity": sens, "unit": unit,
+                               "round": i + 1, "of": key,
+                               "noisy_counts": (v[:, -1] / rc).tolist()}, "privacy": {},
+                }, f"cells:{key}:{len(self._rows)}:{i}", hc[None], np.array([hr]),
+                    np.concatenate([c[:, None, :], v[:, None, :-1]], axis=1),
+                    None))
+            if self._db is not None:
+                for k_, row in enumerate(rows):
+                    got = self._db.append(call_key=row[1], record=row[0], outputs=row[4],
+                                          released_counts=row[5], centres=row[2],
+                                          radii=row[3])
+                    rows[k_] = (got.record, *row[1:])
+            self._absorb([row[:4] for row in rows])
+            if self._db is not None:
+                self._last_id, self._last_mac = got.id, self._db.meta["head"]["mac"]
+            elif T:
+                self._results[len(self._rows) - len(rows)] = dataclasses.replace(
+                    res, **dict.fromkeys(DIAGNOSTIC_FIELDS))
+            cost = convert(step_w + cell_w * R, b_delta)
+        return Synopsis(
+            attractors=centres, counts=np.rint(counts).astype(np.int64), radius=r, seeds=S,
+            endpoints=Y, epsilon=cost, delta=b_delta, seed_epsilon=eps_q, seed_delta=dlt,
+            cell_rho=rho_cell,
+            params={"method": method if T else "none",
+                    "release": plan.release if T else "none", "steps": T, "rounds": R,
+                    "seeds": int(S.shape[0]), "groups": int(groups), "merge_radius": mr,
+                    "min_count": thr, "count_std": sigma / rc, "cell_radius": rc,
+                    "keep_seeds": bool(keep_seeds),
+                    "accounting": self._accounting,
+                    "seed": seed_record, **{k_: repr(v) for k_, v in kw.items()}})
+
+
+
+def _cells_radius(S: np.ndarray, T: int, R: int, r: float, rc: float) -> float:
+    """Radius of one public ball around the seeds' mean that holds every row a
+    snapshot's cell rounds can read: round 1's centres are seeds or endpoints
+    ``Y_T ∈ B̄(s, (T+1)r)`` (output projection), each round moves a centre by at most
+    ``r_c`` (the clip; merged centres are convex combinations), and a counted row lies
+    within ``r_c(1 + GATE_MARGIN)`` of its centre (``docs/privacy-accounting.md`` §14)."""
+    c = np.mean(S, axis=0)
+    spread = float(np.max(np.linalg.norm(S - c, axis=1)))
+    traj = (T + 1) * r * (1.0 + CLEAN_MARGIN) if T else 0.0
+    return (spread + traj + (R - 1) * rc * (1.0 + 1e-12) + rc * (1.0 + GATE_MARGIN)) \
+        * (1.0 + GATE_MARGIN)
