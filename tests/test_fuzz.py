@@ -152,15 +152,20 @@ def _corrupt(arr: np.ndarray, how: str | None, data) -> object:
     return table[how]()
 
 
-def _valid_array(x, ndims: tuple[int, ...]) -> np.ndarray | None:
+def _valid_array(x, ndims: tuple[int, ...], bank: bool = False) -> np.ndarray | None:
     """Independent predicate: a real (integer/float, not bool) array of the given ranks,
-    finite after conversion to float64, with no zero-length axis. None if invalid."""
+    finite after conversion to float64, with no zero-length axis; a bank also within the
+    stated input range (|x| <= 2^400, 2^50 for float32). None if invalid."""
     a = np.asarray(x)
     if a.dtype == bool or a.dtype.kind not in "iuf" or a.ndim not in ndims or 0 in a.shape:
         return None
     with np.errstate(all="ignore"):
         f = a.astype(np.float64)
-    return f if np.all(np.isfinite(f)) else None
+    if not np.all(np.isfinite(f)):
+        return None
+    if bank and not np.abs(f).max() <= (2.0**50 if a.dtype == np.float32 else 2.0**400):
+        return None
+    return f
 
 
 def memory_case(data, bad: set[str], max_n: int = 6, max_d: int = 3):
@@ -188,14 +193,14 @@ def _valid_radius(r) -> float | None:
     if isinstance(r, bool) or not isinstance(r, int | float | np.floating | np.integer):
         return None
     r = float(r)
-    if not (math.isfinite(r) and r > 0 and math.isfinite(r * r) and r * r > 0):
+    if not 2.0**-400 <= r <= 2.0**400:  # the stated radius range
         return None
     return r
 
 
 def _arrays(bank, query, radius):
     """Independent validity of (bank, query, radius): (X, q, r) or Nones."""
-    X = _valid_array(bank, (2,))
+    X = _valid_array(bank, (2,), bank=True)
     q = _valid_array(query, (1, 2))
     if q is not None and X is not None and q.shape[-1] != X.shape[1]:
         q = None
@@ -472,7 +477,7 @@ def _write_inputs(tmp: Path) -> dict[str, str]:
         "good": X, "q": np.array([[0.1, 0.0], [0.9, 0.9]]), "q1": np.array([0.1, 0.0]),
         "nan": np.array([[NAN, 0.0]]), "inf": np.array([[INF, 0.0]]), "3d": X[None],
         "0d": np.array(1.0), "n0": np.zeros((0, 2)), "int": X.astype(int),
-        "f32": X.astype(np.float32), "huge": X * 1e150, "tiny": X * 1e-300,
+        "f32": X.astype(np.float32), "huge": X * 1e100, "over": X * 1e150, "tiny": X * 1e-300,
         "dim3": np.zeros((2, 3)), "str": np.array([["a", "b"]]), "n1": X[:1],
     }
     paths = {}
@@ -518,7 +523,7 @@ CLI_SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
 
 RETRIEVE_FIELDS = {
     "bank": (["good", "int", "f32", "tiny", "n1", "huge"],
-             ["nan", "inf", "3d", "0d", "n0", "str", "obj", "corrupt", "empty", "two",
+             ["nan", "inf", "over", "3d", "0d", "n0", "str", "obj", "corrupt", "empty", "two",
               "missing", "dir", "dim3"]),
     "queries": (["q", "q1", "int"], ["nan", "dim3", "3d", "missing", "corrupt"]),
     "radius": (["0.5", "2"], ["1e-300", "1e300", "-1", "0", "nan", "inf", "abc"]),
@@ -718,12 +723,16 @@ def test_cli_subprocess_never_shows_traceback(tmp_path):
 
 
 def test_gate_with_huge_coordinates():
-    X = np.array([[1e200, 0.0], [1e200, 0.2]])
+    big = 2.0**399  # inside the stated input range |x| <= 2^400
+    X = np.array([[big, 0.0], [big, 0.2]])
     mem = LSRMemory(X, radius=1.0)
-    q = np.array([1e200, 0.5])
+    q = np.array([big, 0.5])
     assert mem.gate(q).tolist() == [True, True]
     assert int(mem.gate(q, counts=True)) == 2
-    np.testing.assert_allclose(mem.step(q), [1e200, 0.1])
+    np.testing.assert_allclose(mem.step(q), [big, 0.1])
+    # beyond it the bank is refused when the memory is built, never in answer to a query
+    with pytest.raises(ValueError, match="out-of-range value"):
+        LSRMemory(np.array([[1e200, 0.0], [1e200, 0.2]]), radius=1.0).gate(q)
 
 
 def test_lse_overflow_is_a_clear_error():

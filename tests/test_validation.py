@@ -220,8 +220,13 @@ def test_check_radius_beta():
         check_radius_beta(None, 1e-200)
     with pytest.raises(ValueError, match="is out of range"):
         check_radius_beta(None, 1e200)
-    with pytest.raises(ValueError, match="not finite"):
+    with pytest.raises(ValueError, match=r"sqrt\(2/beta\) = inf, which is out of range"):
         check_radius_beta(1e-310, None)
+    for r in (1e-125, 1e125):  # the stated range [2^-400, 2^400]
+        with pytest.raises(ValueError, match=r"\[2\^-400, 2\^400\]"):
+            check_radius_beta(None, r)
+    assert check_radius_beta(None, 2.0**-400) == 2.0**-400
+    assert check_radius_beta(None, 2.0**400) == 2.0**400
 
 
 # ---------------------------------------------------------------- arrays

@@ -175,6 +175,10 @@ def check_queries(queries: Any, dim: int, name: str = "queries") -> tuple[np.nda
     return arr, was_1d
 
 
+#: the radius range (docs/privacy.md §8, "Input range")
+MIN_RADIUS, MAX_RADIUS = 2.0**-400, 2.0**400
+
+
 def check_radius_beta(beta: Any, radius: Any) -> float:
     """Exactly one of β and r; returns the radius ``r = sqrt(2/β)``."""
     if (beta is None) == (radius is None):
@@ -185,14 +189,15 @@ def check_radius_beta(beta: Any, radius: Any) -> float:
     if beta is not None:
         b = check_positive("beta", beta)
         r = math.sqrt(2.0 / b)
-        if not (math.isfinite(r) and r > 0):
-            raise ValueError(f"beta = {b} gives a radius sqrt(2/beta) that is not finite and > 0.")
-        return r
-    r = check_positive("radius", radius)
-    if not (r * r > 0 and math.isfinite(r * r)):
+        what = f"beta = {b} gives the radius sqrt(2/beta) = {r}, which"
+    else:
+        r = check_positive("radius", radius)
+        what = f"radius = {r}"
+    if not MIN_RADIUS <= r <= MAX_RADIUS:
         raise ValueError(
-            f"radius = {r} is out of range: r**2 (and beta = 2/r**2) must be a positive "
-            "finite float64."
+            f"{what} is out of range: the radius must lie in [2^-400, 2^400] (about "
+            f"[{MIN_RADIUS:.3g}, {MAX_RADIUS:.3g}]), so that every squared distance the "
+            "certificate compares with r**2 is a normal float64 (rescale the bank)."
         )
     return r
 
@@ -254,23 +259,26 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def rng_and_record(seed: Any = None) -> tuple[np.random.Generator, int | dict]:
-    """:func:`check_rng`, plus a JSON-able record from which :func:`rng_from_record`
-    rebuilds a generator that makes the same draws.
+def rng_and_record(seed: Any = None) -> tuple[np.random.Generator, int | dict | None]:
+    """:func:`check_rng`, plus a JSON-able record of the seed **the caller passed**, from
+    which :func:`rng_from_record` rebuilds a generator that makes the same draws.
 
     * an int is recorded as itself;
-    * ``None`` draws fresh OS entropy through a :class:`numpy.random.SeedSequence` and
-      records ``{"entropy", "spawn_key", "pool_size"}`` (as does a SeedSequence);
-    * a Generator is recorded by its bit generator's name and state *before* any draw.
+    * a :class:`numpy.random.SeedSequence` as ``{"entropy", "spawn_key", "pool_size"}``;
+    * a Generator by its bit generator's name and state *before* any draw;
+    * ``None`` (no seed): fresh OS entropy, and the record is ``None``. The entropy
+      regenerates the noise, so a result never carries a seed its caller did not pass
+      (``docs/privacy.md``, "What leaves a call").
     """
-    if seed is None or isinstance(seed, np.random.SeedSequence):
-        ss = seed if seed is not None else np.random.SeedSequence()
+    if seed is None:
+        return np.random.default_rng(), None
+    if isinstance(seed, np.random.SeedSequence):
         rec = {
-            "entropy": _plain(ss.entropy),
-            "spawn_key": [int(k) for k in ss.spawn_key],
-            "pool_size": int(ss.pool_size),
+            "entropy": _plain(seed.entropy),
+            "spawn_key": [int(k) for k in seed.spawn_key],
+            "pool_size": int(seed.pool_size),
         }
-        return np.random.default_rng(ss), rec
+        return np.random.default_rng(seed), rec
     rng = check_rng(seed)
     if isinstance(seed, np.random.Generator):
         bg = seed.bit_generator

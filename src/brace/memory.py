@@ -52,6 +52,8 @@ from .gates.contract import (
     _blas_threads,
     _check_shape,
     _mutated,
+    count_out_of_range,
+    range_error,
 )
 from .gates.dask import dask_gate_pass, iter_blocks, validate_dask, verify_dask
 from .gates.dense import _block_size, _row_sqnorm, direct_sqdist, gate_pass
@@ -108,15 +110,14 @@ def _validate_numpy(bank: Any) -> _BankState:
     bad = 0
     for b0 in range(0, n, step):
         Xb = X[b0 : b0 + step]
-        bad += int(Xb.size - np.count_nonzero(np.isfinite(Xb)))
+        bad += count_out_of_range(Xb)
         h.update(Xb)
         if sq is not None:
             sq[b0 : b0 + Xb.shape[0]] = _row_sqnorm(Xb)
         if release is not None:
             release(b0, b0 + Xb.shape[0])
     if bad:
-        raise ValueError(f"bank contains {bad} non-finite value(s) (NaN or inf); every value "
-                         "must be finite (drop or impute those rows).")
+        raise range_error(bad, X.dtype)
     return _BankState(bank, X, sq, kind, h.hexdigest(), release, {"unchecked": True})
 
 

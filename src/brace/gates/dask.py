@@ -22,7 +22,16 @@ from typing import Any
 import numpy as np
 
 from .._fingerprint import BankHasher
-from .contract import BANK_DTYPES, GatePass, _BankState, _blas_threads, _check_shape, _mutated
+from .contract import (
+    BANK_DTYPES,
+    GatePass,
+    _BankState,
+    _blas_threads,
+    _check_shape,
+    _mutated,
+    count_out_of_range,
+    range_error,
+)
 from .dense import gate_pass
 
 
@@ -40,7 +49,7 @@ def _dask():
 def _chunk_check(Xc: np.ndarray) -> tuple[str, int]:
     h = BankHasher(Xc.shape, Xc.dtype)
     h.update(Xc)
-    return h.hexdigest(), int(Xc.size - np.count_nonzero(np.isfinite(Xc)))
+    return h.hexdigest(), count_out_of_range(Xc)
 
 
 def _combined_digest(shape: tuple[int, int], dtype: Any, digests: list[str]) -> str:
@@ -79,8 +88,7 @@ def validate_dask(bank: Any) -> _BankState:
     res = _checks(X)
     bad = sum(b for _, b in res)
     if bad:
-        raise ValueError(f"bank contains {bad} non-finite value(s) (NaN or inf); every value "
-                         "must be finite (drop or impute those rows).")
+        raise range_error(bad, X.dtype)
     digests = [dg for dg, _ in res]
     shape = (int(X.shape[0]), int(X.shape[1]))
     return _BankState(bank, X, None, "dask", _combined_digest(shape, X.dtype, digests),

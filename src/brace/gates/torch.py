@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from .._fingerprint import BankHasher, host_array, row_block
-from .contract import GatePass, _BankState, _check_shape, _mutated
+from .contract import MAX_COORD, GatePass, _BankState, _check_shape, _mutated, range_error
 from .dense import (
     _BIG32,
     _BIG64,
@@ -102,14 +102,13 @@ def validate_torch(bank: Any) -> _BankState:
     step = row_block(d, dt.itemsize)
     for b0 in range(0, n, step):
         Xb = X[b0 : b0 + step]
-        bad += (~torch.isfinite(Xb)).sum()
+        bad += (~(Xb.abs() <= MAX_COORD[dt])).sum()
         h.update(host_array(Xb))
         X64 = Xb.to(torch.float64)
         sq[b0 : b0 + Xb.shape[0]] = (X64 * X64).sum(dim=1)
     nbad = int(bad)
     if nbad:
-        raise ValueError(f"bank contains {nbad} non-finite value(s) (NaN or inf); every value "
-                         "must be finite (drop or impute those rows).")
+        raise range_error(nbad, dt)
     return _BankState(bank, X, None, "torch", h.hexdigest(), None,
                       {"unchecked": True, "sq": sq, "dtype": dt})
 
