@@ -74,7 +74,7 @@ import numpy as np
 
 from brace import LSRMemory, certificate
 from brace._io import write_json
-from brace._runners import _project
+from brace.steps import _project
 from brace.datasets import PAPER_MIXTURE, sample_mixture
 from brace.experiments.synthetic import SyntheticConfig, _queries
 from brace.policy import choose_gamma

@@ -115,7 +115,7 @@ def test_refusal_happens_before_anything_is_computed(bank, monkeypatch):
     def boom(*a, **k):  # pragma: no cover - must not be reached
         raise AssertionError("the mechanism ran")
 
-    monkeypatch.setattr(budget_module, "private_retrieve", boom)
+    monkeypatch.setattr(budget_module, "run_plan", boom)
     with pytest.raises(BudgetExceededError):
         pm.retrieve(bank[:100], steps=3, epsilon=1.0, delta=1e-6, seed=0)
 

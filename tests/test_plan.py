@@ -12,7 +12,7 @@ import pytest
 
 import brace
 from brace import LSRMemory, NotPrivateWarning, certificate, plan_release, private_retrieve
-from brace._runners import _project
+from brace.steps import _project
 
 R = 0.5
 

@@ -74,8 +74,8 @@ def boundary_instance(dtype, offset, d, rng, r):
                     pts.append(q)
     X = np.array(pts, dtype=dtype)
     noise = (Y[0] + rng.normal(scale=r, size=(40, d))).astype(dtype)
-    # at the edge of the accepted input range (MAX_COORD: 2^50 float32, 2^400 float64)
-    far = np.full((3, d), 2.0**50 if dtype == np.float32 else 2.0**400, dtype=dtype)
+    # at the edge of the accepted input range (MAX_COORD: 2^400 for float64)
+    far = np.full((3, d), 1e18 if dtype == np.float32 else 2.0**400, dtype=dtype)
     far[1] *= -1
     # centres moved by a hair off-axis: the on-sphere rows of the other axes are then
     # outside by a relative 1e-9 or so, far below the expansion's error

@@ -37,6 +37,7 @@ __all__ = [
     "discrete_gaussian_params",
     "discrete_gaussian_pmf",
     "discrete_gaussian_rdp",
+    "discrete_gaussian_scale",
     "discrete_gaussian_zcdp",
     "sample_discrete_gaussian",
     "sample_two_sided_geometric",
@@ -234,7 +235,18 @@ def _discrete_laplace(t: np.ndarray, s: np.ndarray | None = None) -> np.ndarray:
     return out
 
 
-def sample_discrete_gaussian(t: Any, m: Any) -> np.ndarray:
+def discrete_gaussian_scale(sigma2: Fraction | int | float) -> tuple[int, int, int]:
+    """``(t, m, m_frac)``: the smallest ``σ'² = t·(m + m_frac·2⁻³⁰) ≥ σ²`` with
+    ``t = ⌊sqrt(⌈σ²⌉)⌋ + 1`` (integers, ``0 ≤ m_frac < 2^30``)."""
+    s2 = Fraction(sigma2)
+    if not s2 > 0:
+        raise ValueError(f"sigma^2 must be > 0; got {sigma2!r}.")
+    t = math.isqrt(math.ceil(s2)) + 1
+    M = math.ceil(s2 * (1 << 30) / t)
+    return t, M >> 30, M & ((1 << 30) - 1)
+
+
+def sample_discrete_gaussian(t: Any, m: Any, m_frac: Any = 0) -> np.ndarray:
     """Exact discrete Gaussian draws ``N_Z(0, σ²)``, ``σ² = t·m``, one per element of the
     broadcast of the integer arrays ``t ≥ 1`` and ``m ≥ 1`` (``t·m < 2^60``).
 
@@ -245,6 +257,8 @@ def sample_discrete_gaussian(t: Any, m: Any) -> np.ndarray:
     exponent is ``c²/(2tm)`` with the integer ``c = |Y| − m``: exact in int64 while
     ``|c| < 2^31``, in Python integers beyond (probability below ``e^{−8}`` per draw).
     """
+    if np.any(np.asarray(m_frac) != 0):
+        return _sample_fractional(t, m, m_frac)
     t_arr, m_arr = np.broadcast_arrays(np.asarray(t), np.asarray(m))
     for name, a in (("t", t_arr), ("m", m_arr)):
         if a.dtype.kind not in "iu":
@@ -269,6 +283,25 @@ def sample_discrete_gaussian(t: Any, m: Any) -> np.ndarray:
         for j in np.flatnonzero(~small):
             acc[j] = _bernoulli_exp_scalar(
                 Fraction(int(c[j]) ** 2, 2 * int(t_i[j]) * int(m_i[j])))
+        out[todo[acc]] = y[acc]
+        todo = todo[~acc]
+    return out.reshape(t_arr.shape)
+
+
+def _sample_fractional(t: Any, m: Any, m_frac: Any) -> np.ndarray:
+    """Algorithm 3 for ``σ² = t·(m + m_frac·2⁻³⁰)``: the exact acceptance exponent
+    ``(|Y|·2^30 − M)²/(2^31·t·M)``, ``M = m·2^30 + m_frac``, in Python integers."""
+    t_arr, m_arr, f_arr = np.broadcast_arrays(np.asarray(t), np.asarray(m), np.asarray(m_frac))
+    tt = t_arr.astype(np.int64).ravel()
+    MM = [int(a) * (1 << 30) + int(b) for a, b in zip(m_arr.ravel(), f_arr.ravel(), strict=True)]
+    out = np.empty(tt.size, dtype=np.int64)
+    todo = np.arange(tt.size)
+    while todo.size:
+        y = _discrete_laplace(tt[todo])
+        acc = np.zeros(todo.size, dtype=bool)
+        for j, i in enumerate(todo):
+            c = abs(int(y[j])) * (1 << 30) - MM[i]
+            acc[j] = _bernoulli_exp_scalar(Fraction(c * c, (1 << 31) * int(tt[i]) * MM[i]))
         out[todo[acc]] = y[acc]
         todo = todo[~acc]
     return out.reshape(t_arr.shape)

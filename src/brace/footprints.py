@@ -34,8 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._runners import may_correct
-from .plan import ReleasePlan
+from .plan import ReleasePlan, may_correct
 from .sensitivity import SLACK_MAX_REL, Numerics
 
 __all__ = ["Footprints", "GATE_MARGIN", "CLEAN_MARGIN", "footprints", "reserved_radius",

@@ -13,12 +13,14 @@ endpoint   ``Y = Π(z_T + ξ)`` (one release)                       ``2Tr / sqrt
 naive      ``Y_t = Π(Φ_D(Y_{t-1}) + ξ_t)`` — **NOT DP**           ``2r/max(1,m_t) / sqrt(2ρ_t)``
 =========  ====================================================  ==========================
 
-Every choice of a call — the release mode, γ, the calibrated ``ρ_t`` — is made by
-:func:`brace.plan.plan_release` into a frozen :class:`brace.plan.ReleasePlan`; the step
-loops in :mod:`brace._runners` run it (the sensitivity is in :mod:`brace.sensitivity`,
-the calibration in :mod:`brace.accounting`). The naive baseline's noise scale
-depends on the gate count ``m_t = |I(D, Y_{t-1})|``, which leaks it: it is a baseline
-only, warns with :class:`NotPrivateWarning` on every call, and its result says so.
+Every choice of a call — the release mode, γ, the calibrated ``ρ_t``, the noise mode —
+is made by :func:`brace.plan.plan_release` into a frozen :class:`brace.plan.ReleasePlan`;
+:func:`run_plan` draws with the plan's noise strategy (:mod:`brace.noise`) through the
+step pipeline of :mod:`brace.steps` (gate pass → statistic → bound → noise → projection;
+the sensitivity is in :mod:`brace.sensitivity`, the calibration in
+:mod:`brace.accounting`). The naive baseline's noise scale depends on the gate count
+``m_t = |I(D, Y_{t-1})|``, which leaks it: it is a baseline only, warns with
+:class:`NotPrivateWarning` on every call, and its result says so.
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from . import steps as _steps
 from ._io import strict_json
-from ._runners import _endpoint, _iterative, endpoint_sensitivity, global_sensitivity
 from ._validation import (
     as_float_array,
     check_bool,
@@ -42,10 +44,11 @@ from ._validation import (
     check_queries,
     rng_and_record,
 )
-from .discrete import sample_two_sided_geometric
 from .memory import LSRMemory, pins_bank
+from .noise import make_noise
 from .plan import DEFAULT_KAPPA, METHODS, PRIVATE_METHODS, no_correction_kappa, plan_release
-from .secure import SECURE_SEED_REASON
+from .secure import SECURE_SEED_REASON, check_noise
+from .steps import endpoint_sensitivity, global_sensitivity
 
 __all__ = [
     "DEFAULT_KAPPA",
@@ -60,6 +63,7 @@ __all__ = [
     "global_sensitivity",
     "no_correction_kappa",
     "private_retrieve",
+    "run_plan",
 ]
 
 RESULT_SCHEMA = "brace-result/1"  # the saved-result schema (docs/results.md)
@@ -297,7 +301,7 @@ def private_retrieve(
     return_clean: bool = False,
     release: str | None = None,
     progress: Callable[[int, int], None] | None = None,
-    noise: str = "plain",
+    noise: str = "auto",
     _innovations: Any = None,
     _grid_factor: int = 1,
 ) -> PrivateRetrievalResult:
@@ -341,14 +345,16 @@ def private_retrieve(
     output_projection : bool, default True
         Project each release onto ``B̄(q, (t+1)r)`` (post-processing).
     seed : None, int, SeedSequence or Generator
-        Source of every random draw. The innovations ``ξ ~ N(0, I)`` of shape (Q, T, d)
+        The plain noise's source (with ``noise="auto"``, giving a seed selects plain
+        noise; without one the noise is secure). The innovations ``ξ ~ N(0, I)`` of shape (Q, T, d)
         are the first draw (the endpoint method uses the last step's), so two calls with
         the same seed and shapes share their noise draws — the paper's naive-vs-BRACE
         comparison. ``params["seed"]`` records it reproducibly (an int, the
         SeedSequence's entropy and spawn key, or a Generator's bit-generator state
-        before the draw; :func:`brace._validation.rng_from_record` rebuilds it). The
-        record regenerates the noise, so it is secret: :meth:`PrivateRetrievalResult.to_dict`
-        and :func:`brace.save_result` withhold it unless asked.
+        before the draw; :func:`brace._validation.rng_from_record` rebuilds it); a call
+        without a seed records none. The record regenerates the noise, so it is secret:
+        :meth:`PrivateRetrievalResult.to_dict` and :func:`brace.save_result` withhold it
+        unless asked.
     return_clean : bool
         Also return the noiseless trajectory (NOT private; for evaluation only).
     release : {"smooth", "count", "auto"} or None
@@ -375,17 +381,19 @@ def private_retrieve(
         an edit is refused at the call's exit, but one undone before the call returns
         is not detected (``docs/scale.md``, "No copies"). Horizons are bounded by
         :data:`brace._validation.MAX_STEPS`.
-    noise : {"plain", "secure"}, default "plain"
-        ``"plain"``: numpy draws in floating point (seedable, reproducible). ``"secure"``
+    noise : {"auto", "plain", "secure"}, default "auto"
+        ``"auto"``: secure without a seed, plain with one. ``"secure"``
         (``docs/privacy-accounting.md`` §13, ``docs/deploying.md``): every random bit from
         the operating system's CSPRNG, no seed (a seed is an error); the pre-noise point is
         rounded to a public power-of-two grid (the rounding enters the sensitivity), the
         noise is the exact discrete Gaussian on that grid (Canonne, Kamath & Steinke 2020)
         and the noisy counts an exact two-sided geometric, and every released coordinate
-        is a grid point (``res.grid``). Supported: the count release, global and
-        endpoint; the smooth release (data-dependent scale) is refused and
-        ``release="auto"`` chooses the count release. The guarantee and the accounting
-        are those of the plain release.
+        is a grid point (``res.grid``). Every method and release supports it; the smooth
+        release's data-dependent scale is proven in Theorem 11. The guarantee and the
+        accounting are those of the plain release. ``"plain"``: numpy's float64 draws
+        from the seeded generator (reproducible, for experiments): their low bits can
+        reveal the pre-noise point (``docs/audit.md`` §9), so never release them without
+        a reason to.
     _innovations : array (Q, R, d), private
         Internal (the audit scales the innovations to test itself): standard normal
         draws used instead of drawing them. The result is then marked **not private**
@@ -415,20 +423,35 @@ def private_retrieve(
         raise TypeError(f"memory must be an LSRMemory; got {type(memory).__name__}.")
     X, _ = memory._bank()
     q, _ = check_queries(queries, X.shape[1], name="queries")
-    # every choice (release mode, γ, calibration), from public values only
+    noise = check_noise(noise)
+    if noise == "secure" and seed is not None:
+        raise ValueError(f"seed must be None with noise='secure': {SECURE_SEED_REASON}")
+    if noise == "secure" and _innovations is not None:
+        raise ValueError("_innovations are standard normal draws; noise='secure' draws its "
+                         "own exact discrete noise.")
+    # every choice (release mode, γ, calibration, noise), from public values only
     plan = plan_release(memory, method=method, epsilon=epsilon, delta=delta, steps=steps,
                         kappa=kappa, gamma=gamma, accounting=accounting,
                         output_projection=output_projection, release=release,
-                        queries=q.shape[0], noise=noise)
+                        queries=q.shape[0], noise=noise,
+                        seeded=seed is not None or _innovations is not None)
+    return run_plan(memory, q, plan, seed=seed, return_clean=return_clean,
+                    progress=progress, innovations=_innovations, grid_factor=_grid_factor)
+
+
+def run_plan(memory: LSRMemory, q: np.ndarray, plan: Any, *, seed: Any = None,
+             return_clean: bool = False, progress: Callable[[int, int], None] | None = None,
+             innovations: Any = None, grid_factor: int = 1) -> PrivateRetrievalResult:
+    """Run a validated plan on validated queries ``q`` (Q, d): the call's noise strategy
+    (:func:`brace.noise.make_noise`, as ``plan.noise`` says), the step pipeline
+    (:func:`brace.steps.run`) and the result. :func:`private_retrieve` and
+    :class:`brace.PrivateMemory` (which prices the same plan) both end here."""
     secure = plan.noise == "secure"
     if secure and seed is not None:
         raise ValueError(f"seed must be None with noise='secure': {SECURE_SEED_REASON}")
-    if secure and _innovations is not None:
-        raise ValueError("_innovations are standard normal draws; noise='secure' draws its "
-                         "own exact discrete noise.")
-    if isinstance(_grid_factor, bool) or not isinstance(_grid_factor, int) or _grid_factor < 1:
-        raise ValueError(f"_grid_factor must be an int >= 1; got {_grid_factor!r}.")
-    if _grid_factor != 1 and not secure:
+    if isinstance(grid_factor, bool) or not isinstance(grid_factor, int) or grid_factor < 1:
+        raise ValueError(f"_grid_factor must be an int >= 1; got {grid_factor!r}.")
+    if grid_factor != 1 and not secure:
         raise ValueError("_grid_factor is for noise='secure'.")
     return_clean = check_bool("return_clean", return_clean)
     if progress is not None and not callable(progress):
@@ -436,49 +459,35 @@ def private_retrieve(
     Q, d = q.shape
     T = plan.steps
     check_output_size((2, Q, T + 1, d), "the release and its clean trajectory")
-    xi = _check_noise(_innovations, (Q, plan.releases, d))
-    if secure:
-        rng, seed_record = None, None
-    else:
-        rng, seed_record = rng_and_record(seed)
-    if xi is None and not secure:
-        xi = rng.standard_normal((Q, T, d))
-        if method == "endpoint":
-            xi = xi[:, -1:]
-    if method == "naive":
+    xi = _check_noise(innovations, (Q, plan.releases, d))
+    rng, seed_record = (None, None) if secure else rng_and_record(seed)
+    if plan.method == "naive":
         warnings.warn(
             "method='naive' is NOT differentially private: its noise scale 2r/max(1, m_t) "
             "reveals the gate count. Use it only as a baseline.",
             NotPrivateWarning,
-            stacklevel=2,
+            stacklevel=4,  # the caller of private_retrieve (through its bank-pinning wrapper)
         )
-    count_noise = None
-    if plan.release == "count" and secure:  # exact, P(z) ∝ exp(−ε_c|z|), OS randomness
-        count_noise = sample_two_sided_geometric(plan.eps_count, (Q, T))
-    elif plan.release == "count":
-        p = math.exp(-plan.eps_count)  # two-sided geometric: P(z) ∝ p^|z|
-        count_noise = rng.geometric(1.0 - p, (Q, T)) - rng.geometric(1.0 - p, (Q, T))
+    noise = make_noise(plan, rng=rng, shape=(Q, plan.releases, d), innovations=xi,
+                       grid_factor=grid_factor)
     spent = plan.spent
-    if _innovations is not None:
+    if xi is not None:
         spent = dataclasses.replace(spent, not_private_reason=INNOVATIONS_REASON,
                                     epsilon_total=math.inf)
-    if _grid_factor != 1:
+    if grid_factor != 1:
         spent = dataclasses.replace(spent, not_private_reason=GRID_FACTOR_REASON,
                                     epsilon_total=math.inf)
-    if method == "endpoint":
-        arrays = _endpoint(memory, q, plan, xi, return_clean=return_clean,
-                           grid_factor=_grid_factor)
-        if progress is not None:
-            progress(1, 1)
-    else:
-        arrays = _iterative(memory, q, plan, xi, count_noise=count_noise, progress=progress,
-                            return_clean=return_clean, grid_factor=_grid_factor)
-    params = plan.params(seed_record if _innovations is None else None)
+    arrays = _steps.run(memory, q, plan, noise, progress=progress, return_clean=return_clean)
+    if plan.method == "endpoint" and progress is not None:
+        progress(1, 1)
+    params = plan.params(seed_record if xi is None else None)
     if secure:
         params["seed_null_reason"] = SECURE_SEED_RECORD
+    elif seed_record is None:
+        params["seed_null_reason"] = NO_SEED_RECORD
     return PrivateRetrievalResult(
-        method=method,
-        is_private=plan.is_private and _innovations is None and _grid_factor == 1,
+        method=plan.method,
+        is_private=plan.is_private and xi is None and grid_factor == 1,
         privacy=spent,
         params=params,
         queries=q,
@@ -515,6 +524,7 @@ def certificate(
     released_counts: Any = None,
     epsilon: float | None = None,
     delta: float | None = None,
+    noise: str = "plain",
 ) -> CertificateTrace:
     """Evaluate a mechanism's pre-noise outputs and noise scales along a fixed history.
 
@@ -531,15 +541,20 @@ def certificate(
     included); the count release then needs ``released_counts`` (Q, T), the released
     noisy counts ``m̃_t``, and ``noise_scale`` is the public ``b_t`` they propose
     (``docs/privacy-accounting.md`` §9). ``noise_scale`` is the sensitivity, before the
-    noise multiplier.
+    noise multiplier. ``noise`` is the noise mode of the evaluated release: with
+    ``"secure"`` the smooth certificate's rate keeps secure mode's larger margin
+    (``docs/privacy-accounting.md`` §13, Theorem 11).
     """
     if method not in ("brace", "global", "naive"):
         raise ValueError(f"certificate is defined for iterative methods; got {method!r}.")
     X, _ = memory._bank()
     q, _ = check_queries(queries, X.shape[1], name="queries")
+    if noise not in ("plain", "secure"):
+        raise ValueError(f"noise must be 'plain' or 'secure' (the evaluated release's mode); "
+                         f"got {noise!r}.")
     plan = plan_release(memory, method=method, epsilon=epsilon, delta=delta, steps=steps,
                         kappa=kappa, gamma=gamma, output_projection=output_projection,
-                        release=release, queries=q.shape[0])
+                        release=release, queries=q.shape[0], noise=noise)
     Q, T, d = q.shape[0], plan.steps, q.shape[1]
     h = as_float_array("history", history)
     if h.ndim != 3 or h.shape[0] != Q or h.shape[2] != d or h.shape[1] < T:
@@ -548,7 +563,7 @@ def certificate(
     hist[:, :T] = h[:, :T]
     counts = _check_counts(released_counts, plan.release == "count", (Q, T))
     trace: dict = {}
-    _iterative(memory, q, plan, None, history=hist, trace=trace, counts=counts)
+    _steps.run(memory, q, plan, None, history=hist, trace=trace, counts=counts)
     return CertificateTrace(np.stack(trace["pre_noise"], axis=1),
                             np.stack(trace["scale"], axis=1), trace.get("G"))
 
@@ -591,3 +606,5 @@ INNOVATIONS_REASON = "innovations supplied by the caller (_innovations), not dra
 GRID_FACTOR_REASON = ("the pre-noise point was rounded to a grid coarser than the noise is "
                       "calibrated for (_grid_factor; a deliberately broken variant)")
 SECURE_SEED_RECORD = "secure noise: every bit from the operating system's CSPRNG, no seed"
+NO_SEED_RECORD = ("no seed was passed: the noise came from fresh OS entropy, which is not "
+                  "recorded (it would regenerate the noise)")

@@ -425,7 +425,7 @@ class LSRMemory(_MemoryBase):
                     index = "brute"
             if index == "kdtree":
                 self._verify(st)
-                return kdtree_gate_pass(st, centres, r, **kw)
+                return kdtree_gate_pass(st, centres, r, canonical=canonical, **kw)
             h = None if self._is_pinned(st) else BankHasher(st.X.shape, st.X.dtype)
             gp = gate_pass(st.X, st.sq, centres, r, hasher=h, after_block=st.release,
                            canonical=canonical, **kw)

@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+import numpy as np
+
 from . import accounting as _acc
 from . import policy as _policy
 from ._validation import (
@@ -38,7 +40,14 @@ from ._validation import (
 )
 from .accounting import PrivacySpent
 from .memory import LSRMemory
-from .secure import check_noise
+from .noise import resolve_noise
+from .secure import (
+    MAX_SECURE_SMOOTH_N,
+    MIN_SECURE_GAMMA,
+    SMOOTH_RATE_MARGIN,
+    check_noise,
+)
+from .sensitivity import RATE_MARGIN, Numerics
 
 __all__ = [
     "DEFAULT_KAPPA",
@@ -47,6 +56,7 @@ __all__ = [
     "PRIVATE_METHODS",
     "RELEASE_MODES",
     "ReleasePlan",
+    "may_correct",
     "no_correction_kappa",
     "plan_release",
     "recorded_kappa",
@@ -90,9 +100,10 @@ class ReleasePlan:
         on the noisy count (its ε_c, δ_c and margin are in ``spent``).
     proposal_delta : float or None — count release: share of δ given to the proposals'
         failure probability (``δ_c = proposal_delta·δ/T``).
-    noise : str — ``"plain"`` (numpy, floating point) or ``"secure"`` (exact discrete
-        noise on a public grid from the operating system's CSPRNG,
-        ``docs/privacy-accounting.md`` §13).
+    noise : str — ``"plain"`` (numpy, floating point, seeded) or ``"secure"`` (exact
+        discrete noise on a public grid from the operating system's CSPRNG,
+        ``docs/privacy-accounting.md`` §13). noise_rule : str — ``"given"`` or how
+        ``noise="auto"`` chose (secure without a seed, plain with one).
     """
 
     method: str
@@ -114,11 +125,26 @@ class ReleasePlan:
     proposal_delta: float | None = None
     kappa_rule: str = "given"
     noise: str = "plain"
+    noise_rule: str = "given"
 
     @property
     def is_private(self) -> bool:
         """False for ``"naive"`` (NOT differentially private: its noise reveals m_t)."""
         return self.method in PRIVATE_METHODS
+
+    @property
+    def scale_is_public(self) -> bool:
+        """Whether every step's noise scale is a public value: the count release (from the
+        released noisy count), global and endpoint; not the smooth certificate Δ̄_t nor
+        the naive ``2r/max(1, m_t)``, which depend on the data."""
+        return self.release == "count" or self.method in ("global", "endpoint")
+
+    @property
+    def smoothing_margin(self) -> float:
+        """``γ − γ'`` of the smooth certificate's weights: ``2·10⁻¹⁵`` with plain noise,
+        ``2^-30`` with secure noise (room for σ²'s rational rounding, Theorem 11 of
+        ``docs/privacy-accounting.md`` §13)."""
+        return SMOOTH_RATE_MARGIN if self.noise == "secure" else RATE_MARGIN
 
     @property
     def releases(self) -> int:
@@ -165,6 +191,7 @@ class ReleasePlan:
             "seed": seed,
             "accounting": self.accounting,
             "noise": self.noise,
+            "noise_rule": self.noise_rule,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -184,7 +211,9 @@ class ReleasePlan:
             f"[{self.kappa_rule}], n = {self.n}, d = {self.dim}, queries = {self.queries}",
             f"  gamma = {self.gamma:.6g} ({self.gamma_rule}), noise multiplier = "
             f"{self.noise_multiplier:.8g}, output projection = {self.output_projection}"
-            + (", noise = secure (exact, OS randomness)" if self.noise == "secure" else ""),
+            + (", noise = secure (exact, OS randomness)" if self.noise == "secure"
+               else ", noise = plain (seeded, floating point)")
+            + ("" if self.noise_rule == "given" else f" [{self.noise_rule}]"),
         ]
         if self.release == "count":
             lines.append(f"  count release: share {self.count_share:g} of rho, "
@@ -210,7 +239,8 @@ def plan_release(
     release: str | None = None,
     queries: int = 1,
     radius: float | None = None,
-    noise: str = "plain",
+    noise: str = "auto",
+    seeded: bool = False,
 ) -> ReleasePlan:
     """Validate the mechanism's parameters and decide every choice of a release.
 
@@ -234,13 +264,14 @@ def plan_release(
         Queries answered by the call (``spent.epsilon_total`` composes over them).
     radius : float
         Only with ``memory=(n, d)``.
-    noise : {"plain", "secure"}
+    noise : {"auto", "plain", "secure"}, default "auto"
         ``"secure"``: exact discrete noise on a public grid from the operating system's
-        CSPRNG (``docs/privacy-accounting.md`` §13). Only releases with a public noise
-        scale support it: BRACE's count release, global and endpoint. The smooth release
-        (its scale Δ̄_t depends on the data) and the naive baseline are refused, and
-        ``release="auto"`` chooses the count release (refused where the boundary
-        correction could fire: the count release has none).
+        CSPRNG (``docs/privacy-accounting.md`` §13), for every method and release.
+        ``"plain"``: numpy's float64 noise from a seeded generator (reproducible; its low
+        bits can reveal the pre-noise point, ``docs/audit.md`` §9). ``"auto"``: secure
+        unless ``seeded``.
+    seeded : bool, default False
+        Whether the call passes a seed (``noise="auto"`` then means plain).
 
     Returns
     -------
@@ -284,7 +315,7 @@ def plan_release(
     n, dim, r = _shape(memory, radius)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}; got {method!r}.")
-    noise = check_noise(noise)
+    noise, noise_rule = resolve_noise(check_noise(noise), check_bool("seeded", seeded))
     budget = epsilon is not None or delta is not None
     if budget:
         eps = check_epsilon(epsilon)
@@ -313,11 +344,9 @@ def plan_release(
     if not budget and release != "smooth":
         raise ValueError(f"release={release!r} needs the budget (epsilon, delta): its split "
                          "and margin are calibrated from it.")
-    if noise == "secure":
-        release = _secure_release(method, release, gamma_rule, accounting, kap, proj, T,
-                                  budget)
     common = dict(method=method, steps=T, radius=r, accounting=accounting,
-                  output_projection=proj, n=n, dim=dim, queries=Q, noise=noise)
+                  output_projection=proj, n=n, dim=dim, queries=Q, noise=noise,
+                  noise_rule=noise_rule)
     if not budget:
         return ReleasePlan(**common, **_kappa_record(kap, brace, release, proj, T),
                            release=release if brace else FIXED,
@@ -328,12 +357,7 @@ def plan_release(
     # 1. the release mode
     release_rule = "given"
     share = f_delta = None
-    if release == "auto" and noise == "secure":
-        share, f_delta = _secure_count_split(eps, dlt, T, dim)
-        release = "count"
-        release_rule = ("auto: count (secure noise needs a public noise scale; the largest "
-                        f"count share within {_policy.AUTO_GLOBAL_RATIO:g}x global noise)")
-    elif release == "auto":
+    if release == "auto":
         if gamma_rule in ("given", "gates"):  # a γ from the caller: the smooth release
             release, release_rule = "smooth", "auto: smooth (gamma given by the caller)"
         else:
@@ -358,6 +382,8 @@ def plan_release(
             gamma = _gamma_for_gates(eps, dlt, T, dim, n)
         spent = _calibrate(eps, dlt, 1 if method == "endpoint" else T, dim,
                            gamma if brace else 0.0, accounting, method)
+    if noise == "secure" and brace and release != "count":
+        _check_secure_smooth(spent.gamma, n)
     return ReleasePlan(
         **common,
         **_kappa_record(kap, brace, release, proj, T),
@@ -389,53 +415,37 @@ def _kappa_record(kappa: float, brace: bool, release: str, proj: bool,
     return {"kappa": kappa, "kappa_rule": "given"}
 
 
-def _secure_release(method: str, release: str, gamma_rule: str, accounting: str, kappa: float,
-                    proj: bool, T: int, budget: bool) -> str:
-    """Secure mode supports the releases with a public noise scale; refuse the others."""
-    why = ("secure noise samples exactly at a public scale; the smooth release's scale "
-           "(the certificate Δ̄_t) depends on the data, and no guarantee is derived here for "
-           "discrete noise at a data-dependent scale")
-    if method == "naive":
-        raise ValueError("noise='secure' is for private methods: the naive baseline is NOT "
-                         "differentially private (its noise scale reveals the gate count).")
-    if not budget:
-        return release
-    if method != "brace":
-        return release
-    if release == "smooth" or accounting != "rdp":
-        raise ValueError(f"noise='secure' does not support BRACE's smooth release: {why}. "
-                         "Use release='count' or 'auto' (accounting='rdp'), or "
-                         "method='global' or 'endpoint'.")
-    if release == "auto" and gamma_rule in ("given", "gates"):
-        raise ValueError(f"noise='secure' with gamma given asks for the smooth release: "
-                         f"{why}. Drop gamma (release='auto' then chooses the count release).")
-    if release == "auto" and not (not math.isfinite(kappa) or (
-            proj and kappa >= no_correction_kappa(T))):
-        raise ValueError(
-            "noise='secure' with release='auto': the only BRACE release with a public noise "
-            f"scale is the count release, which has no boundary correction, and kappa={kappa:g}"
-            f" lets the correction fire at T={T}"
-            + ("" if proj else " without the output projection")
-            + ". Pass release='count' (it ignores kappa), kappa=inf (or kappa >= "
-            f"no_correction_kappa(T) = {no_correction_kappa(T):.6g} with the projection), or "
-            "use method='global'.")
-    return release
+def _check_secure_smooth(gamma: float, n: int) -> None:
+    """Theorem 11's public conditions for the smooth release with secure noise
+    (``docs/privacy-accounting.md`` §13): ``γ ≥ 10⁻⁹`` (orders below ``2^30``) and
+    ``n ≤ 2^30`` (the noise std at most ``2^52`` grid units)."""
+    if not gamma >= MIN_SECURE_GAMMA:
+        raise ValueError(f"secure noise for the smooth release needs gamma >= "
+                         f"{MIN_SECURE_GAMMA:g}; got gamma = {gamma:g}. Use a larger gamma, "
+                         "or release='count'.")
+    if n > MAX_SECURE_SMOOTH_N:
+        raise ValueError(f"secure noise for the smooth release supports n <= 2^30 memories; "
+                         f"the bank has n = {n}. Use release='count' or method='global'.")
 
 
-@functools.lru_cache(maxsize=64)
-def _secure_count_split(eps: float, dlt: float, T: int, d: int) -> tuple[float, float]:
-    """The count candidate of ``release="auto"`` (``docs/privacy-accounting.md`` §10):
-    a tenth of δ for the proposals and the largest count share whose noise stays within
-    ``AUTO_GLOBAL_RATIO``× global's (the defaults where no share fits)."""
-    f = _policy.AUTO_PROPOSAL_DELTA
-    rho0 = _acc.calibrate_rho(eps, dlt, T, dim=d, gamma=0.0)
-    rho_s = _acc.calibrate_rho(eps + math.log1p(-f * dlt), (1.0 - f) * dlt, T, dim=d,
-                               gamma=0.0)
-    strict = _policy.AUTO_GLOBAL_RATIO * (1.0 - 1e-6)
-    share = min(_policy.COUNT_SHARE_MAX, 1.0 - rho0 / (strict * strict * rho_s))
-    if not share > 0.0:
-        return _acc.COUNT_SHARE, _acc.COUNT_PROPOSAL_DELTA
-    return share, f
+def may_correct(plan: ReleasePlan, qscale: np.ndarray, num: Numerics) -> bool:
+    """Whether a step of this plan may apply the boundary correction (and so reads the
+    clean trajectory): a public function of the plan and the queries' scale ``‖q‖_∞``.
+
+    Only BRACE's smooth release with a finite activation threshold θ corrects; with the
+    projection, ``‖q − Y_{t−1}‖ ≤ tr`` (up to rounding) bounds the public activation
+    quantity by ``b3_max``, so θ above it (κ a hair above ``(2T+1)²/T``) never activates
+    (``docs/spec.md`` §5).
+    """
+    if plan.method != "brace" or plan.release == "count" or not math.isfinite(plan.theta):
+        return False
+    if not plan.output_projection:
+        return True
+    T, r = plan.steps, plan.radius
+    smax = float(np.max(num.slack(qscale + (T + 1) * r)))
+    mg = 1.0 + num.norm_margin
+    b3_max = T * (r + num.tau + smax) + (T * r + smax) * mg + r + smax
+    return not bool(num.down(plan.theta * (1.0 - num.norm_margin)) >= num.up(b3_max))
 
 
 def _shape(memory: Any, radius: Any) -> tuple[int, int, float]:

@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from . import steps as _steps
 from ._io import atomic_write_text, save_npz, strict_json
-from ._runners import _iterative, endpoint_sensitivity
 from ._validation import (
     check_bool,
     check_delta,
@@ -53,6 +53,7 @@ from .mechanisms import (
 )
 from .memory import LSRMemory
 from .plan import plan_release, recorded_kappa
+from .steps import endpoint_sensitivity
 
 __all__ = [
     "RESULT_KEYS",
@@ -547,18 +548,26 @@ def with_diagnostics(memory: LSRMemory, result: PrivateRetrievalResult) -> Priva
         plan = plan_release(memory, method=result.method, epsilon=p.epsilon, delta=p.delta,
                             steps=T, kappa=recorded_kappa(prm),
                             release="auto" if auto else "count", output_projection=proj,
-                            accounting=p.accounting, queries=q.shape[0])
+                            accounting=p.accounting, queries=q.shape[0],
+                            noise=_noise_of(prm))
         if plan.release != "count" or plan.noise_multiplier != mult:
             raise ValueError("cannot reproduce the count release's plan from its record "
                              "(a different brace version?); save it with "
                              "include_diagnostics=True.")
-        diag = _iterative(memory, q, plan, None, history=hist,
+        diag = _steps.run(memory, q, plan, None, history=hist,
                           counts=np.asarray(result.released_counts, dtype=np.int64))
         return replace(result, **{k: diag[k] for k in DIAGNOSTIC_FIELDS})
     # the release's plan along its own history, with the release's noise multiplier
     plan = replace(plan_release(memory, method=result.method, epsilon=None, delta=None,
                                 steps=T, kappa=recorded_kappa(prm),
-                                gamma=p.gamma, output_projection=proj, queries=q.shape[0]),
+                                gamma=p.gamma, output_projection=proj, queries=q.shape[0],
+                                noise=_noise_of(prm)),
                    noise_multiplier=mult, spent=p)
-    diag = _iterative(memory, q, plan, None, history=hist)
+    diag = _steps.run(memory, q, plan, None, history=hist)
     return replace(result, **{k: diag[k] for k in DIAGNOSTIC_FIELDS})
+
+
+def _noise_of(params: Any) -> str:
+    """The noise mode a release's ``params`` record says it used (plain before 0.2)."""
+    mode = params.get("noise", "plain")
+    return mode if mode in ("plain", "secure") else "plain"

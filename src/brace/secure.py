@@ -1,21 +1,27 @@
-"""Secure mode: a fixed-scale Gaussian step sampled exactly on a public grid.
+"""Secure noise: a Gaussian step sampled exactly on a public grid.
 
-``docs/privacy-accounting.md`` §13. A step with public sensitivity ``Δ`` (the count
-release's ``b_t``, global's ``2r + σ_y``, the endpoint's ``2T(r + σ)``), per-step ``ρ`` and
-pre-noise point ``p`` (a float vector) releases, per query:
+``docs/privacy-accounting.md`` §13. A step with sensitivity ``Δ`` (public for the count
+release's ``b_t``, global's ``2r + σ_y`` and the endpoint's ``2T(r + σ)``; the smooth
+certificate ``Δ̄_t`` or the naive ``2r/max(1, m_t)`` when it depends on the data), per-step
+``ρ`` and pre-noise point ``p ∈ ℝ^d`` releases, per query:
 
-1. the public grid unit ``g = 2^min(⌊log2 s⌋ − GRID_BITS, ⌊log2(r/√d)⌋ − GRID_R_BITS)``,
-   ``s = Δ/sqrt(2ρ)`` the continuous noise std (a function of public values only);
-2. ``u = round(p/g)`` ∈ ℤ^d (``p/g`` is exact: ``g`` is a power of two); for neighbours
-   ``‖u − u'‖ ≤ ‖p − p'‖/g + ‖e − e'‖ ≤ Δ/g + √d`` (each rounding error ``e_j`` lies in
-   ``[−1/2, 1/2]``), so ``Δ_g = Δ/g + √d`` bounds the sensitivity in grid units;
-3. ``Z ~ N_Z(0, σ²)^d`` with the rational ``σ² = t·m ≥ Δ_g²/(2ρ)``
-   (:func:`brace.discrete.discrete_gaussian_params`), so the step is
-   ``Δ_g²/(2σ²) ≤ ρ``-zCDP (CKS 2020, Thm 15) — the accounted step, unchanged;
-4. ``g·(u + Z)`` (every coordinate a grid point), then post-processing: the output
-   projection onto ``B̄(q, R − g√d)`` and rounding to the grid, which stays in ``B̄(q, R)``.
+1. the public grid unit ``g = 2^min(⌊log2 s⌋ − GRID_BITS, ⌊log2(r/√d)⌋ − GRID_R_BITS)``
+   with ``s = floor·multiplier`` for a public lower bound ``floor ≤ Δ`` (``floor = Δ``
+   when ``Δ`` is public; ``2r/n`` for the smooth and naive scales), so ``g`` is a function
+   of public values only and ``Δ·multiplier/g ≥ 2^GRID_BITS``;
+2. ``u = round(p/g) ∈ ℤ^d`` (``p/g`` is exact: ``g`` is a power of two); for neighbours
+   ``‖u − u'‖ ≤ ‖p − p'‖/g + √d`` (Lemma 7), so ``S = Δ/g + √d`` bounds the sensitivity in
+   grid units;
+3. ``Z ~ N_Z(0, σ²)^d`` with the rational ``σ² ≥ S²/(2ρ)`` (fixed scale, Theorem 8) or
+   ``σ² ≥ (1 + κ)·S²/(2ρ)``, ``κ = 2^-40`` (data-dependent scale, Theorem 11: the
+   inflation pays for the discrete normalisers), drawn exactly
+   (:func:`brace.discrete.sample_discrete_gaussian`, every bit from :func:`os.urandom`);
+4. ``g·(u + Z)``, then post-processing: the output projection onto ``B̄(q, R − g√d)`` and
+   rounding to the grid, which stays in ``B̄(q, R)``.
 
-The noise draws come from :mod:`brace.discrete` (every bit from :func:`os.urandom`).
+Whether a call may use the grid is decided from public values before the bank is read
+(:func:`check_grid_range`): ``|p/g| < 2^61`` for every pre-noise point the call can
+produce, so ``u + Z`` never leaves int64 (``|Z| < 2^62`` by the sampler).
 """
 
 from __future__ import annotations
@@ -26,45 +32,57 @@ from typing import Any
 
 import numpy as np
 
-from .discrete import discrete_gaussian_params, sample_discrete_gaussian
+from .discrete import discrete_gaussian_scale, sample_discrete_gaussian
 
 __all__ = [
     "GRID_BITS",
     "GRID_R_BITS",
+    "MAX_SECURE_SMOOTH_N",
+    "MIN_SECURE_GAMMA",
     "NOISE_MODES",
     "SECURE_SEED_REASON",
+    "SMOOTH_INFLATION",
+    "SMOOTH_RATE_MARGIN",
+    "check_grid_range",
     "check_noise",
     "grid_unit",
     "rounded_units",
     "secure_gaussian",
+    "sigma2_params",
     "snap",
-    "step_params",
 ]
 
-NOISE_MODES = ("plain", "secure")
-GRID_BITS = 20  # the noise std is between 2^20 and 2^21 grid units
+NOISE_MODES = ("auto", "plain", "secure")
+GRID_BITS = 20  # the noise std is at least 2^20 grid units
 GRID_R_BITS = 4  # and g·√d ≤ r/16, so the projection keeps room for the final rounding
-_MAX_UNITS = float(2**52)  # |p/g| and |u + Z| stay below 2^52: exact in float64
+_MAX_UNITS = 2.0**61  # |p/g| below this (public, checked up front): u + Z stays in int64
+#: κ of Theorem 11: a data-dependent scale's σ² is inflated by 1 + κ
+SMOOTH_INFLATION = Fraction(1, 2**40)
+#: the smooth certificate's rate is γ − this in secure mode (room for σ²'s rational rounding)
+SMOOTH_RATE_MARGIN = 2.0**-30
+#: Theorem 11 needs α_max(γ) ≤ 2^30 and σ ≤ 2^52 grid units (n·2^21 at most)
+MIN_SECURE_GAMMA = 1e-9
+MAX_SECURE_SMOOTH_N = 2**30
 SECURE_SEED_REASON = (
     "secure noise draws every random bit from the operating system's CSPRNG: a seed would "
     "make the noise reproducible by whoever learns it (and numpy's generators are not "
-    "cryptographic). Pass seed=None, or use noise='plain' for seeded, reproducible runs.")
+    "cryptographic). Pass seed=None, or noise='plain' with a seed for reproducible runs.")
 
 
 def check_noise(noise: Any) -> str:
-    """Validate the ``noise`` argument (``"plain"`` or ``"secure"``)."""
+    """Validate the ``noise`` argument (``"auto"``, ``"plain"`` or ``"secure"``)."""
     if not isinstance(noise, str):
-        raise TypeError(f"noise must be 'plain' or 'secure' (the sampling mode, a string); "
-                        f"got {type(noise).__name__}.")
+        raise TypeError("noise must be 'auto', 'plain' or 'secure' (the sampling mode, a "
+                        f"string); got {type(noise).__name__}.")
     if noise not in NOISE_MODES:
-        raise ValueError(f"noise must be 'plain' or 'secure'; got {noise!r}.")
+        raise ValueError(f"noise must be 'auto', 'plain' or 'secure'; got {noise!r}.")
     return str(noise)
 
 
-def grid_unit(std: Any, r: float, d: int) -> np.ndarray:
+def grid_unit(std_floor: Any, r: float, d: int) -> np.ndarray:
     """The public grid unit per row: ``g = 2^min(⌊log2 s⌋ − GRID_BITS,
-    ⌊log2(r/√d)⌋ − GRID_R_BITS)`` for the continuous noise std ``s`` (positive floats)."""
-    s = np.asarray(std, dtype=np.float64)
+    ⌊log2(r/√d)⌋ − GRID_R_BITS)`` for a public lower bound ``s`` of the noise std."""
+    s = np.asarray(std_floor, dtype=np.float64)
     if not np.all(np.isfinite(s) & (s > 0)):
         raise ValueError("secure noise needs a finite, positive noise scale.")
     e_s = np.frexp(s)[1] - 1 - GRID_BITS  # ⌊log2 s⌋ − GRID_BITS
@@ -72,81 +90,88 @@ def grid_unit(std: Any, r: float, d: int) -> np.ndarray:
     return np.ldexp(1.0, np.minimum(e_s, e_r))
 
 
+def check_grid_range(reach: Any, g: Any) -> None:
+    """Refuse, from public values and before the bank is read, a call whose pre-noise
+    points could reach ``2^61`` grid units: ``reach`` bounds ``‖p‖_∞`` (the query's scale
+    plus how far the call can move), ``g`` the finest grid it can use."""
+    units = np.asarray(reach, dtype=np.float64) / np.asarray(g, dtype=np.float64)
+    if not np.all(units < _MAX_UNITS):
+        raise ValueError(
+            "secure noise: the call's points can lie more than 2^61 grid units from the "
+            f"origin (grid {float(np.min(g)):.3g}, max |coordinate| reach "
+            f"{float(np.max(reach)):.3g}); centre the bank and the queries (subtract a "
+            "common offset) or rescale them.")
+
+
 def _sqrt_up(d: int) -> Fraction:
     """A rational upper bound of ``√d`` (within ``2^-30``)."""
     return Fraction(math.isqrt(d << 60) + 1, 1 << 30)
 
 
-def _sigma2(sens_units: float, rho: Fraction, d: int) -> tuple[int, int]:
-    """``(t, m)``, ``t·m ≥ (Δ/g + √d)²/(2ρ)`` exactly (``sens_units = Δ/g`` is exact)."""
-    dg = Fraction(sens_units) + _sqrt_up(d)
-    return discrete_gaussian_params(dg * dg / (2 * rho))
-
-
-def step_params(sensitivity: Any, rho: float, r: float, d: int
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The public grid ``g`` and the sampler's ``σ² = t·m`` (exact integers) per row of a
-    step with sensitivity ``Δ`` (Q,) and per-step zCDP ``ρ``: ``t·m ≥ (Δ/g + √d)²/(2ρ)``."""
+def sigma2_params(sensitivity: Any, g: Any, rho: float, d: int, *,
+                  data_dependent: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The sampler's ``σ² = t·(m + m_frac·2^-30)`` per row (exact integers) with
+    ``σ² ≥ (1 + κ·[data_dependent])·(Δ/g + √d)²/(2ρ)`` (``Δ/g`` is exact; ``κ`` is
+    :data:`SMOOTH_INFLATION`), rounded up by a relative ``2^-29/σ`` at most."""
     sens = np.atleast_1d(np.asarray(sensitivity, dtype=np.float64))
+    gg = np.broadcast_to(np.asarray(g, dtype=np.float64), sens.shape)
     if not (rho > 0 and math.isfinite(rho)):
         raise ValueError(f"rho must be a finite number > 0; got {rho!r}.")
-    g = grid_unit(sens / math.sqrt(2.0 * rho), r, d)
-    rho_q = Fraction(rho)
+    factor = (1 + SMOOTH_INFLATION if data_dependent else Fraction(1)) / (2 * Fraction(rho))
+    root_d = _sqrt_up(d)
     t = np.empty(sens.shape, dtype=np.int64)
     m = np.empty(sens.shape, dtype=np.int64)
+    f = np.empty(sens.shape, dtype=np.int64)
     cache: dict = {}
     for i in range(sens.size):
-        key = (float(sens[i]), float(g[i]))
+        key = (float(sens[i]), float(gg[i]))
         if key not in cache:
-            cache[key] = _sigma2(key[0] / key[1], rho_q, d)
-        t[i], m[i] = cache[key]
-    return g, t, m
+            S = Fraction(key[0]) / Fraction(key[1]) + root_d
+            cache[key] = discrete_gaussian_scale(S * S * factor)
+        t[i], m[i], f[i] = cache[key]
+    return t, m, f
 
 
 def rounded_units(pre: np.ndarray, g: np.ndarray, grid_factor: int = 1,
                   anchor: np.ndarray | None = None) -> np.ndarray:
-    """``u = round(p/g)`` per row (int64; refused beyond 2^52 units). The audit's broken
-    variant (``grid_factor`` > 1): ``p`` goes to the centre of its cell of a grid
-    ``G = grid_factor·g`` whose cell boundaries pass through ``anchor`` (the public query:
-    the worst placement), then to the grid ``g``."""
+    """``u = round(p/g)`` per row (int64; the range was checked from public values). The
+    audit's broken variant (``grid_factor`` > 1): ``p`` goes to the centre of its cell of
+    a grid ``G = grid_factor·g`` whose cell boundaries pass through ``anchor`` (the public
+    query: the worst placement), then to the grid ``g``."""
     pre = np.asarray(pre, dtype=np.float64)
     if grid_factor != 1:
         G = (g * grid_factor)[:, None]
         pre = anchor + G * (np.floor((pre - anchor) / G) + 0.5)
-    units = pre / g[:, None]
-    if not np.all(np.abs(units) < _MAX_UNITS):
-        raise ValueError(
-            "secure noise: the pre-noise point is more than 2^52 grid units from the origin "
-            f"(grid {float(g.min()):.3g}); centre the bank and the queries (subtract a common "
-            "offset) or rescale them.")
-    return np.rint(units).astype(np.int64)
+    units = np.rint(pre / g[:, None])
+    if not np.all(np.abs(units) < _MAX_UNITS):  # pragma: no cover - excluded up front
+        raise AssertionError("secure noise: a pre-noise point beyond the checked range.")
+    return units.astype(np.int64)
 
 
-def secure_gaussian(pre: np.ndarray, sensitivity: Any, rho: float, r: float, *,
-                    grid_factor: int = 1, anchor: np.ndarray | None = None,
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One secure step for each row of ``pre`` (Q, d) with public ``sensitivity`` (Q,)
-    and per-step zCDP ``rho`` (module docstring, steps 1–4 before post-processing).
+def secure_gaussian(pre: np.ndarray, sensitivity: Any, rho: float, g: np.ndarray, *,
+                    data_dependent: bool, grid_factor: int = 1,
+                    anchor: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """One secure step for each row of ``pre`` (Q, d) on the public grid ``g`` (Q,)
+    (module docstring, steps 2–4 before post-processing).
 
-    Returns ``(g·(u + Z), g, σ·g)``: the unprojected release (every coordinate a grid
-    point), the grid unit per row and the discrete Gaussian's σ per row in the units of
-    the data. ``grid_factor`` > 1 (the audit's deliberately broken variant only) rounds
-    ``p`` to a grid that many times coarser than the noise is calibrated for, with cell
-    boundaries through ``anchor`` (:func:`rounded_units`).
+    Returns ``(g·(u + Z), σ·g)``: the unprojected release (every coordinate a multiple of
+    its row's ``g``; ``float(u + Z)·g`` is a public function of the integers) and the
+    discrete Gaussian's σ per row in the units of the data. ``grid_factor`` > 1 (the
+    audit's deliberately broken variant only) rounds ``p`` to a grid that many times
+    coarser than the noise is calibrated for, with cell boundaries through ``anchor``.
     """
     pre = np.asarray(pre, dtype=np.float64)
     Q, d = pre.shape
     sens = np.broadcast_to(np.asarray(sensitivity, dtype=np.float64), (Q,))
-    g, t, m = step_params(sens, rho, r, d)
+    t, m, f = sigma2_params(sens, g, rho, d, data_dependent=data_dependent)
     u = rounded_units(pre, g, grid_factor, anchor)
-    z = sample_discrete_gaussian(t[:, None], np.broadcast_to(m[:, None], (Q, d)))
-    k = u + z
-    if not np.all(np.abs(k) < _MAX_UNITS):  # pragma: no cover - |Z| > 2^51 is impossible
-        raise OverflowError("secure noise: a released point exceeds 2^52 grid units.")
-    sigma = np.sqrt(t.astype(np.float64) * m.astype(np.float64)) * g
-    return k.astype(np.float64) * g[:, None], g, sigma
+    z = sample_discrete_gaussian(t[:, None], np.broadcast_to(m[:, None], (Q, d)),
+                                 np.broadcast_to(f[:, None], (Q, d)))
+    k = u + z  # |u| < 2^61 and |z| < 2^62: no int64 overflow
+    sigma = np.sqrt(t.astype(np.float64) * (m + f * 2.0**-30)) * g
+    return k.astype(np.float64) * g[:, None], sigma
 
 
 def snap(points: np.ndarray, g: np.ndarray) -> np.ndarray:
-    """Round each row of ``points`` to its grid ``g`` (post-processing; exact)."""
+    """Round each row of ``points`` to its grid ``g`` (post-processing)."""
     return np.rint(points / g[:, None]) * g[:, None]

@@ -55,6 +55,7 @@ __all__ = [
     "proposed_units",
     "smooth_max",
     "smoothing_rate",
+    "RATE_MARGIN",
     "CleanTrajectoryBound",
 ]
 
@@ -115,6 +116,22 @@ class Numerics:
         norms = 8.0 * (self.d + 3) * _U * (2 * self.T + 3) * self.r
         proj = 8.0 * _U * math.sqrt(self.d) * (scale + 3.0 * self.r)
         return 1.001 * (2.0 * mb + self.tau + norms + proj) + 2.0 * self.g
+
+    def max_scale(self) -> float:
+        """The largest ``‖c‖_∞`` whose slack is at most ``SLACK_MAX_REL · r`` (the slack is
+        increasing in the scale; bisection on public values, rounded down), or 0."""
+        limit = SLACK_MAX_REL * self.r
+        if not float(self.slack(0.0)) <= limit:
+            return 0.0
+        lo, hi = 0.0, self.r
+        while float(self.slack(hi)) <= limit and hi < 1e300:
+            lo, hi = hi, hi * 2.0
+        for _ in range(200):
+            mid = 0.5 * (lo + hi)
+            if mid in (lo, hi):
+                break
+            lo, hi = (mid, hi) if float(self.slack(mid)) <= limit else (lo, mid)
+        return lo
 
     def check(self, scale: np.ndarray | float, what: str = "the queries") -> None:
         """Refuse inputs whose floating-point slack exceeds ``SLACK_MAX_REL · r``."""
@@ -357,22 +374,30 @@ def cap_units(num: Numerics, slack_y: np.ndarray) -> np.ndarray:
     return num.up(2.0 * num.r + np.asarray(slack_y, dtype=np.float64))
 
 
-def smoothing_rate(gamma: float) -> float:
-    """The rate ``γ'`` used in the weights ``e^{-γ'k}``: ``γ − 2·10⁻¹⁵`` (0 if smaller).
+#: the default gap ``γ − γ'`` of the smoothing rate (plain noise; secure noise asks more)
+RATE_MARGIN = 2e-15
+
+
+def smoothing_rate(gamma: float, margin: float = RATE_MARGIN) -> float:
+    """The rate ``γ'`` used in the weights ``e^{-γ'k}``: ``γ − margin`` (0 if smaller).
 
     The computed weights and the noise std ``Δ̄·multiplier`` carry a few roundings; a
-    rate this much below γ keeps the realised ratio of noise scales ≤ ``e^γ``.
+    rate ``2·10⁻¹⁵`` below γ keeps the realised ratio of noise scales ≤ ``e^γ``. Secure
+    noise rounds σ² up to a rational, and asks ``2^-30`` (``docs/privacy-accounting.md``
+    §13, Theorem 11).
     """
-    return max(0.0, float(gamma) - 2e-15)
+    return max(0.0, float(gamma) - margin)
 
 
-def smooth_max(G: np.ndarray, gamma: float, cap: np.ndarray | float) -> np.ndarray:
-    """``Δ̄ = max(max_{k≤K} e^{-γ'k} G(k), e^{-γ'(K+1)}·cap)`` (``G``, ``cap`` as floats).
+def smooth_max(G: np.ndarray, gamma: float, cap: np.ndarray | float,
+               margin: float = RATE_MARGIN) -> np.ndarray:
+    """``Δ̄ = max(max_{k≤K} e^{-γ'k} G(k), e^{-γ'(K+1)}·cap)`` (``G``, ``cap`` as floats),
+    ``γ' = γ − margin``.
 
     The tail term covers every ``k > K`` using only ``G ≤ cap``; replacing ``G(k)`` by
     the cap for ``k > K`` keeps the bound valid and consistent.
     """
-    g = smoothing_rate(gamma)
+    g = smoothing_rate(gamma, margin)
     K1 = G.shape[1]
     w = np.exp(-g * np.arange(K1))
     tail = math.exp(-g * K1) * np.asarray(cap, dtype=np.float64)

@@ -131,13 +131,12 @@ class AuditConfig:
         if isinstance(gf, bool) or not isinstance(gf, numbers.Integral) or int(gf) < 1:
             raise ValueError(f"grid_factor must be an int >= 1; got {gf!r}.")
         if self.noise == "secure":
-            if self.method == "naive" or (self.method == "brace" and self.release != "count"):
-                raise ValueError("noise='secure' supports the count release, global and "
-                                 f"endpoint; got method={self.method!r}, "
-                                 f"release={self.release!r}.")
-            if self.noise_scale_factor != 1.0 or self.gamma is not None:
-                raise ValueError("noise='secure' takes neither noise_scale_factor nor gamma "
-                                 "(use grid_factor for its broken variant).")
+            if self.method == "naive":
+                raise ValueError("noise='secure' audits the private methods; the naive "
+                                 "baseline is NOT differentially private.")
+            if self.noise_scale_factor != 1.0:
+                raise ValueError("noise='secure' takes no noise_scale_factor (use "
+                                 "grid_factor for its broken variant).")
         elif gf != 1:
             raise ValueError("grid_factor is for noise='secure'.")
         gamma = self.gamma

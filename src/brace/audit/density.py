@@ -19,8 +19,10 @@ from ..mechanisms import (
     private_retrieve,
 )
 from ..memory import LSRMemory
-from ..secure import rounded_units, step_params
+from ..plan import plan_release
+from ..secure import rounded_units, sigma2_params
 from ..sensitivity import Numerics, proposed_units
+from ..steps import secure_grid
 from .config import AuditConfig, _single_query
 
 __all__ = ["log_likelihood_ratio"]
@@ -111,11 +113,13 @@ def _count_log_density(mem: LSRMemory, setup: _Setup, outputs: np.ndarray) -> np
 def _secure_log_density(mem: LSRMemory, setup: _Setup, outputs: np.ndarray) -> np.ndarray:
     """``log p_D`` of a secure release (``docs/privacy-accounting.md`` §13), exactly, up to a
     constant shared by all banks: step ``t`` releases ``g_t·(u_t(D) + Z)``, ``Z ~ N_Z(0,
-    σ_t²)^d``, with the public grid ``g_t`` and ``σ_t² = t·m`` of the public sensitivity
-    (the count release's ``b_t`` of ``m̃_t``, global's ``2r + σ_y``, the endpoint's), so
-    ``Σ_t −‖Y_t/g_t − u_t(D)‖²/(2σ_t²)`` (the normalisers are the same for every bank),
-    plus ``−ε_c|m̃_t − m_t(D)|`` for the noisy counts. ``u_t(D)`` is the rounded gate mean
-    (or clean endpoint), coarsened as the mechanism does for ``grid_factor`` > 1."""
+    σ_t²)^d``, on the public grid ``g_t`` (:func:`brace.steps.secure_grid`), so
+    ``Σ_t −‖Y_t/g_t − u_t(D)‖²/(2σ_t²) − d·log σ_t`` (the discrete normaliser is
+    ``sqrt(2π)σ_t`` up to a relative ``e^{−2π²σ_t²}``, below any float at ``σ_t ≥ 2^20``;
+    it differs between banks only for the smooth release's data-dependent σ_t), plus
+    ``−ε_c|m̃_t − m_t(D)|`` for the noisy counts. ``u_t(D)`` is the rounded gate mean,
+    corrected point or clean endpoint, coarsened as the mechanism does for
+    ``grid_factor`` > 1."""
     cfg, sp = setup.cfg, setup.spent
     count = cfg.release == "count"
     n, R, width = outputs.shape
@@ -124,18 +128,40 @@ def _secure_log_density(mem: LSRMemory, setup: _Setup, outputs: np.ndarray) -> n
     rho = sp.rho_per_step
     Y = outputs[:, :, :d]
     q = np.repeat(setup.q, n, axis=0)
+    brace = cfg.method == "brace"
+    plan = plan_release(mem, method=cfg.method, epsilon=cfg.epsilon, delta=cfg.delta,
+                        steps=T, kappa=cfg.kappa,
+                        gamma=sp.gamma if brace and not count else None,
+                        accounting=cfg.accounting, output_projection=cfg.output_projection,
+                        release=cfg.release, queries=1, noise="secure")
 
     def gauss(pre: np.ndarray, sens: np.ndarray, y: np.ndarray) -> np.ndarray:
-        g, t, m = step_params(np.broadcast_to(sens, (pre.shape[0],)), rho, r, d)
+        sens = np.broadcast_to(sens, (pre.shape[0],))
+        g = secure_grid(plan, sens)
+        tt, m, f = sigma2_params(sens, g, rho, d, data_dependent=not plan.scale_is_public)
+        s2 = tt.astype(np.float64) * (m + f * 2.0**-30)
         u = rounded_units(pre, g, cfg.grid_factor, q[: pre.shape[0]])
-        k = y / g[:, None]
-        diff = k - u
-        return -np.einsum("ij,ij->i", diff, diff) / (2.0 * t.astype(np.float64) * m)
+        diff = y / g[:, None] - u
+        return -np.einsum("ij,ij->i", diff, diff) / (2.0 * s2) - 0.5 * d * np.log(s2)
 
     if cfg.method == "endpoint":
         mu = mem.retrieve(setup.q, T)[:, -1]
         sens = endpoint_sensitivity(mem.n_memories, r, T, setup.q)
         return gauss(np.repeat(mu, n, axis=0), np.repeat(sens, n), Y[:, 0])
+    if brace and not count:  # the smooth release: the certificate along the history
+        out = np.zeros(n)
+        for b0 in range(0, n, cfg.batch_size):
+            Yb = Y[b0 : b0 + cfg.batch_size]
+            mb = Yb.shape[0]
+            hist = np.concatenate([np.repeat(setup.q[:, None, :], mb, axis=0), Yb[:, :-1]],
+                                  axis=1)
+            cert = certificate(mem, np.repeat(setup.q, mb, axis=0), hist, method="brace",
+                               steps=T, kappa=cfg.kappa, gamma=sp.gamma,
+                               output_projection=cfg.output_projection, noise="secure")
+            for t in range(T):
+                out[b0 : b0 + mb] += gauss(cert.pre_noise[:, t], cert.noise_scale[:, t],
+                                           Yb[:, t])
+        return out
     num = Numerics(mem.n_memories, d, r, T)
     out = np.zeros(n)
     for t in range(T):

@@ -47,7 +47,7 @@ class Advice:
     """Mixin: ``affordable_epsilon`` and ``recommend``."""
 
     def affordable_epsilon(self, queries: Any, *, steps: int, delta: float | None = None,
-                           method: str = "brace", noise: str = "plain",
+                           method: str = "brace", noise: str = "auto",
                            **kw: Any) -> float:
         """The largest per-query ε at which ``retrieve(queries, steps=…, epsilon=ε, …)``
         with the same arguments would be admitted now (0.0 if none), to about a relative

@@ -35,7 +35,7 @@ from ..mechanisms import (
     DIAGNOSTIC_FIELDS,
     PRIVATE_METHODS,
     PrivateRetrievalResult,
-    private_retrieve,
+    run_plan,
 )
 from ..memory import LSRMemory, pins_bank
 from ..plan import plan_release
@@ -215,7 +215,7 @@ class PrivateMemory(LedgerSync, Admission, Advice, Snapshots):
     @pins_bank
     def retrieve(self, queries: Any, *, steps: int, epsilon: float,
                  delta: float | None = None, method: str = "brace", seed: Any = None,
-                 fresh: bool = False, noise: str = "plain",
+                 fresh: bool = False, noise: str = "auto",
                  **kw: Any) -> PrivateRetrievalResult:
         """A private release (as :func:`brace.private_retrieve`, per-query (ε, δ)),
         admitted by the budget's filter and charged to it.
@@ -227,8 +227,10 @@ class PrivateMemory(LedgerSync, Admission, Advice, Snapshots):
         and spends nothing, unless ``fresh=True``. ``method="naive"`` (not private),
         ``return_clean`` and caller-chosen innovations are refused. The result carries
         no diagnostics (they are data-dependent and not covered by ε).
-        ``noise="secure"``: exact discrete noise from the operating system's CSPRNG, no
-        seed (:func:`brace.private_retrieve`; ``docs/deploying.md``); same accounting.
+        ``noise="auto"`` (the default) draws exact discrete noise from the operating
+        system's CSPRNG when no ``seed`` is given and plain seeded noise when one is
+        (:func:`brace.private_retrieve`; ``docs/deploying.md``); the accounting is the
+        same. The call is planned once: the plan that is priced is the plan that runs.
         """
         if method not in PRIVATE_METHODS:
             raise ValueError(
@@ -246,13 +248,17 @@ class PrivateMemory(LedgerSync, Admission, Advice, Snapshots):
         eps = check_epsilon(epsilon)
         dlt = (self._budget[1] * QUERY_DELTA_SHARE if delta is None
                else check_delta(delta))
+        unknown = sorted(set(kw) - set(_PLAN_KW) - {"progress"})
+        if unknown:
+            raise TypeError(f"PrivateMemory.retrieve got unexpected keyword(s) {unknown}.")
+        if noise == "secure" and seed is not None:
+            raise ValueError(f"seed must be None with noise='secure': {SECURE_SEED_REASON}")
         plan_kw = {k: kw[k] for k in _PLAN_KW if k in kw}
         plan = plan_release(self._memory, method=method, epsilon=eps, delta=dlt, steps=T,
-                            queries=q.shape[0], noise=noise, **plan_kw)
+                            queries=q.shape[0], noise=noise, seeded=seed is not None,
+                            **plan_kw)
         if plan.noise == "secure":
-            if seed is not None:
-                raise ValueError(f"seed must be None with noise='secure': {SECURE_SEED_REASON}")
-            kw = {**kw, "noise": "secure"}  # in the call key and passed on
+            kw = {**kw, "noise": "secure"}  # in the call key
         key = _call_key(q, T, eps, dlt, method, plan, kw)
         with self._locked():
             if self._db is None:
@@ -271,10 +277,7 @@ class PrivateMemory(LedgerSync, Admission, Advice, Snapshots):
         worst = self._worst((reserved,), admission=True)
         if not self._filter.admits(worst):
             self._refuse(worst, reserved[2], plan, q, T, eps, dlt, method)
-        res = private_retrieve(self._memory, q, method=method, epsilon=eps, delta=dlt,
-                               steps=T, seed=seed, **kw)
-        if res.privacy.rho_per_step != plan.spent.rho_per_step or not res.is_private:
-            raise RuntimeError("PrivateMemory: the release was not calibrated as priced.")
+        res = run_plan(self._memory, q, plan, seed=seed, progress=kw.get("progress"))
         fp = footprints(plan, q, res.outputs)
         record = self._record(method, q, T, eps, dlt, plan, res)
         counts = getattr(res, "released_counts", None)

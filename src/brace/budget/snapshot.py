@@ -25,7 +25,7 @@ from ..accounting import rho_from_eps_delta
 from ..accounting.filter import convert
 from ..footprints import CLEAN_MARGIN, GATE_MARGIN, footprints
 from ..ledger_state import weights
-from ..mechanisms import DIAGNOSTIC_FIELDS, private_retrieve
+from ..mechanisms import DIAGNOSTIC_FIELDS, run_plan
 from ..memory import pins_bank
 from ..plan import plan_release
 from ..synopsis import (
@@ -165,7 +165,8 @@ class Snapshots:
             def usage(e: float) -> float:
                 try:
                     plan = plan_release(self._memory, method=method, epsilon=e, delta=dlt,
-                                        steps=T, queries=S.shape[0], **kw)
+                                        steps=T, queries=S.shape[0], seeded=seed is not None,
+                                        **kw)
                 except ValueError:
                     return math.inf
                 plans[e] = plan
@@ -186,11 +187,8 @@ class Snapshots:
                     remaining=self.remaining, requested_total=math.inf)
             if T:
                 plan = plans[eps_q]
-                res = private_retrieve(self._memory, S, method=method, epsilon=eps_q,
-                                       delta=dlt, steps=T, seed=rng, **kw)
-                if res.privacy.rho_per_step != plan.spent.rho_per_step \
-                        or not res.is_private:
-                    raise RuntimeError("snapshot: the release was not calibrated as priced.")
+                res = run_plan(self._memory, S, plan,
+                               seed=None if plan.noise == "secure" else rng)
                 Y = res.outputs[:, -1]
                 key = _call_key(S, T, eps_q, dlt, method, plan, kw)
                 fp = footprints(plan, S, res.outputs)

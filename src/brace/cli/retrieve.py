@@ -40,12 +40,13 @@ def add_parser(sub) -> None:
         "sensitivity): data-dependent and NOT covered by epsilon",
     )
     p.add_argument("--seed", type=int, default=None,
-                   help="seed of the noise (default: fresh OS entropy, not reproducible; "
-                   "refused with --noise secure)")
-    p.add_argument("--noise", choices=("plain", "secure"), default="plain",
-                   help="plain (default): numpy noise in floating point, seedable; secure: "
-                   "exact discrete noise on a public grid, every bit from the OS CSPRNG, no "
-                   "seed (count release, global, endpoint; docs/deploying.md)")
+                   help="seed of plain, reproducible noise for experiments (default: none, "
+                   "and the noise is secure; refused with --noise secure)")
+    p.add_argument("--noise", choices=("auto", "plain", "secure"), default="auto",
+                   help="auto: secure without --seed, plain with one; secure: exact discrete "
+                   "noise on a public grid, every bit from the OS CSPRNG, no seed; plain: "
+                   "numpy noise in floating point (its low bits can reveal the data: "
+                   "docs/audit.md); docs/deploying.md")
     p.add_argument("--ledger", default=None,
                    help="privacy ledger file (create it first with 'brace ledger init'): "
                    "charge the release to its budget; refused if it does not fit "

@@ -35,11 +35,13 @@ def add_parser(sub) -> None:
                    "instead of running a new one; its queries, steps and mechanism are used "
                    "(default: run a new release)")
     p.add_argument("--seed", type=int, default=None,
-                   help="seed of the noise and bootstrap (default: fresh OS entropy; with "
-                   "--noise secure it seeds the analysis only)")
-    p.add_argument("--noise", choices=("plain", "secure"), default="plain",
-                   help="noise of a new release: plain (default) or secure (exact, OS "
-                   "randomness, no seed; docs/deploying.md)")
+                   help="seed of the bootstrap and simulations, and of a new release's plain "
+                   "noise (default: fresh OS entropy for the analysis, secure noise for the "
+                   "release)")
+    p.add_argument("--noise", choices=("auto", "plain", "secure"), default="auto",
+                   help="noise of a new release: auto (secure without --seed, plain with "
+                   "one), plain or secure (exact, OS randomness, no seed; "
+                   "docs/deploying.md)")
     p.add_argument("--level", type=finite_float, default=0.95, help="1 - α, in (0, 1)")
     p.add_argument("--sampling", choices=["delta", "bootstrap"], default="delta",
                    help="sampling part: delta method or bootstrap")
@@ -111,7 +113,9 @@ def run(args: argparse.Namespace) -> int:
     bank = load_npy(args.bank, "bank")
     queries = load_npy(args.queries, "queries") if args.queries is not None else None
     mem = LSRMemory(bank, beta=args.beta, radius=args.radius)
-    rng = check_rng(args.seed)
+    # the analysis's draws: independent of a seeded release's noise (a spawned stream)
+    rng = check_rng(None if args.seed is None
+                    else np.random.SeedSequence(args.seed).spawn(1)[0])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", NotPrivateWarning)
         warnings.simplefilter("always", UQWarning)
@@ -132,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
                     queries, method=args.method, epsilon=args.epsilon, delta=args.delta,
                     steps=args.steps, kappa=args.kappa, gamma=args.gamma,
                     release=args.release_mode, accounting=args.accounting,
-                    output_projection=not args.no_output_projection, seed=rng)
+                    output_projection=not args.no_output_projection, noise=args.noise,
+                    seed=None if args.noise == "secure" else args.seed)
                 print(f"ledger {args.ledger}: spent eps = {pm.spent:.6g} of {budget[0]:g} "
                       f"at delta = {budget[1]:g}; remaining eps = {pm.remaining:.6g}")
             res = with_diagnostics(mem, res)
@@ -142,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
                 steps=args.steps, kappa=args.kappa, gamma=args.gamma,
                 release=args.release_mode,
                 accounting=args.accounting, output_projection=not args.no_output_projection,
-                seed=None if args.noise == "secure" else rng, noise=args.noise,
+                seed=None if args.noise == "secure" else args.seed, noise=args.noise,
             )
         uq = analyze(mem, res, queries, sampling=args.sampling, privacy=args.privacy,
                      n_boot=args.n_boot, n_sim=args.n_sim, bandwidth=args.bandwidth, seed=rng)

@@ -11,6 +11,7 @@ memory (:mod:`brace.memory`) and report a changed bank with :func:`_mutated`.
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,28 +25,30 @@ BANK_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 #: The input range of a bank, by dtype: every coordinate finite with ``|x| ≤ MAX_COORD``.
 #: It is checked once, when the memory is built (the owner's act), never in answer to a
 #: query: inside it no pass over the bank can overflow (squared distances stay below
-#: ``2^900`` for float64 and ``2^120`` for float32 tiles at ``d ≤ 16,000``), so whether a
+#: ``2^910`` in float64; a float32 bank is exact in float64, and its rows whose norms
+#: would overflow a float32 tile are decided in float64, ``dense._BIG32``), so whether a
 #: call returns never depends on a row (``docs/privacy.md`` §8, "Input range").
-MAX_COORD = {np.dtype(np.float64): 2.0**400, np.dtype(np.float32): 2.0**50}
+MAX_COORD = {np.dtype(np.float64): 2.0**400, np.dtype(np.float32): math.inf}
 
 
 def count_out_of_range(block: np.ndarray) -> int:
     """How many entries of ``block`` are not finite or exceed ``MAX_COORD`` in magnitude."""
     lim = MAX_COORD.get(block.dtype, MAX_COORD[np.dtype(np.float64)])
-    return int(block.size - np.count_nonzero(np.abs(block) <= lim))
+    ok = np.isfinite(block) if math.isinf(lim) else np.abs(block) <= lim  # NaN: not ok
+    return int(block.size - np.count_nonzero(ok))
 
 
 def range_error(bad: int, dtype: Any) -> ValueError:
     """The construction-time refusal of a bank with ``bad`` out-of-range entries."""
     dt = np.dtype(dtype)
     lim = MAX_COORD.get(dt, MAX_COORD[np.dtype(np.float64)])
-    hint = (" (cast a float32 bank to float64 for values up to 2^400)"
-            if dt == np.dtype(np.float32) else "")
+    bound = (f", or beyond {lim:.4g} = 2^{int(np.log2(lim))} in magnitude for a {dt} bank"
+             if math.isfinite(lim) else "")
     return ValueError(
-        f"bank contains {bad} non-finite or out-of-range value(s) (NaN, inf, or beyond "
-        f"{lim:.4g} = 2^{int(np.log2(lim))} in magnitude for a {dt} bank){hint}: every value "
-        "must be finite and within that range, so that no pass over the bank can overflow. "
-        "Drop or impute non-finite rows, and centre or rescale the bank (docs/privacy.md §8).")
+        f"bank contains {bad} non-finite or out-of-range value(s) (NaN, inf{bound}): every "
+        "value must be finite and within that range, so that no pass over the bank can "
+        "overflow. Drop or impute non-finite rows, and centre or rescale the bank "
+        "(docs/privacy.md §8).")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .contract import GatePass
-from .dense import direct_sqdist
+from .dense import _ROW_BLOCK, direct_sqdist
 
 _INFLATE = 1.0 + 1e-9
 _SLACK = 1e-150
@@ -118,8 +118,10 @@ def kdtree_gate_pass(
     near_radius: float | None = None,
     near_tolerance: float = 0.0,
     group_size: int | None = None,
+    canonical: bool = False,
 ) -> GatePass:
-    """:func:`brace.gates.dense.gate_pass` with KD-tree candidates; identical statistics.
+    """:func:`brace.gates.dense.gate_pass` with KD-tree candidates; identical statistics
+    (with ``canonical``, identical gate sums bit for bit).
 
     Every centre is handled on its own, so ``group_size`` holds trivially; near
     distances are direct (within any ``near_tolerance``).
@@ -132,9 +134,26 @@ def kdtree_gate_pass(
     counts = np.bincount(owner, minlength=m).astype(np.int64)
     sums = np.zeros((m, d))
     if idx.size:
-        starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
-        rows = np.take(X, idx, axis=0).astype(np.float64, copy=False)
-        sums[owner[starts]] = np.add.reduceat(rows, starts, axis=0)
+        if canonical:
+            # the canonical sum (docs/privacy-accounting.md §12.1): each gate's members
+            # summed from zero in row order within each fixed row tile by the same CSR
+            # product as the dense pass, and the tiles' sums added in order — bit for bit
+            # the dense and torch passes' sums
+            from scipy.sparse import csr_array
+
+            tile = idx // _ROW_BLOCK
+            for b in np.unique(tile):
+                sel = np.flatnonzero(tile == b)
+                o, j = owner[sel], idx[sel]
+                cols, pos = np.unique(j, return_inverse=True)
+                ptr = np.zeros(m + 1, dtype=np.int64)
+                np.cumsum(np.bincount(o, minlength=m), out=ptr[1:])
+                A = csr_array((np.ones(sel.size), pos, ptr), shape=(m, cols.size))
+                sums += A @ np.take(X, cols, axis=0).astype(np.float64, copy=False)
+        else:
+            rows = np.take(X, idx, axis=0).astype(np.float64, copy=False)
+            starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+            sums[owner[starts]] = np.add.reduceat(rows, starts, axis=0)
     pair_counts = None
     if pairs is not None:
         bounds = np.r_[0, np.cumsum(counts)]

@@ -64,6 +64,7 @@ __all__ = ["validate_torch", "verify_torch", "torch_blocks", "torch_gate_pass",
 
 _TILE_ELEMS_CPU = 1 << 22  # entries of one (centres × super-block) tile on the CPU
 _TILE_ELEMS_GPU = 1 << 26  # ... on an accelerator
+_EXTRA_SHARE = 0.2  # a pass's working copies stay below this share of the bank's bytes
 _PW_BLOCK = 128  # numpy's pairwise-summation block (PW_BLOCKSIZE)
 
 
@@ -102,7 +103,7 @@ def validate_torch(bank: Any) -> _BankState:
     step = row_block(d, dt.itemsize)
     for b0 in range(0, n, step):
         Xb = X[b0 : b0 + step]
-        bad += (~(Xb.abs() <= MAX_COORD[dt])).sum()
+        bad += (~(torch.isfinite(Xb) & (Xb.abs() <= MAX_COORD[dt]))).sum()
         h.update(host_array(Xb))
         X64 = Xb.to(torch.float64)
         sq[b0 : b0 + Xb.shape[0]] = (X64 * X64).sum(dim=1)
@@ -326,6 +327,13 @@ def _pass(torch, st, centres, radius, pairs, near_centres, near_radius, near_tol
     kmax = max(c1 - c0 for c0, c1 in chunks)
     budget = _TILE_ELEMS_CPU if dev.type == "cpu" else _TILE_ELEMS_GPU
     rows_per = _ROW_BLOCK * max(1, budget // (kmax * _ROW_BLOCK))
+    # and a super-block's working copies (the augmented tile, a float64 cast, the masks)
+    # stay within _EXTRA_SHARE of the bank's own bytes, so few centres never mean one
+    # bank-sized tile (a multiple of _ROW_BLOCK rows: the sums are unchanged)
+    per_row = (d + 2) * (4 if tdt == torch.float32 else 8) + 8 * d + 10 * kmax
+    bank_bytes = n * d * X.element_size()
+    cap = int(_EXTRA_SHARE * bank_bytes // per_row) // _ROW_BLOCK * _ROW_BLOCK
+    rows_per = min(rows_per, max(_ROW_BLOCK, cap))
     inf = torch.tensor(float("inf"), dtype=torch.float64, device=dev)
     for s0 in range(0, n, rows_per):
         Xs = X[s0 : s0 + rows_per]
