@@ -165,8 +165,8 @@ def _exp_approx(x: np.ndarray) -> np.ndarray:
     2^{−49.3}·e^{−x}`` (``u = 2⁻⁵³``; the tests check ``2⁻⁴⁴`` against 60-digit decimals).
 
     ``y = 256x`` (exact: a power of two), ``J = ⌊y⌋`` (exact), ``g = y − J ∈ [0, 1)``
-    (exact: ``y`` and ``J`` are multiples of ``ulp(y)`` and ``g < 1 ≤`` … representable;
-    Sterbenz's lemma when ``J ≥ 1``), ``f = g/256 ∈ [0, 2⁻⁸)``; ``e^{−x} = e^{−J/256}·e^{−f}``.
+    (exact: ``g = y`` when ``J = 0``, Sterbenz's lemma when ``J ≥ 1``, as ``J ≤ y < J + 1
+    ≤ 2J``), ``f = g/256 ∈ [0, 2⁻⁸)``; ``e^{−x} = e^{−J/256}·e^{−f}``.
     ``p̃ = fl(T[J]·h)`` with ``h`` Horner's evaluation of ``Σ_{k≤5} a_k g^k``:
 
     * table: relative error ``≤ u + 2⁻⁹⁴`` (:func:`_table`);
@@ -459,11 +459,13 @@ def _int_param(a: np.ndarray, name: str) -> np.ndarray:
 
 
 class _GaussParams:
-    """The float parameters of the fast path, per element (arrays) or shared (0-d):
-    ``σ̃² = fl(fl(t)·fl(fl(m) + m_frac·2⁻³⁰))`` (``= σ²(1 + θ)``, ``|θ| ≤ 3.0001u``), the
-    proposal scale ``τ = 2^j`` (``j ≥ 0``, ``σ̃/2 < τ ≤ 2σ̃`` or ``τ = 1 > σ̃``: the better
-    acceptance of the two powers of two around ``σ̃``), ``μ̃ = σ̃²/τ`` (exact scaling) split
-    into ``μ_i = ⌊μ̃⌋`` and ``μ_f = μ̃ − μ_i`` (exact), ``S = 2σ̃²``."""
+    """The float parameters of the fast path, per element (arrays) or shared (size 1):
+    ``σ̃² = fl(fl(t)·fl(fl(m) + m_frac·2⁻³⁰))`` (``= σ²(1 + θ)``, ``|θ| ≤ 3.0001u``: ``t``
+    and ``m_frac·2⁻³⁰`` are exact, ``fl(m)`` is within a relative ``u``, then two
+    roundings), the proposal scale ``τ = 2^j`` — of the two powers of two around
+    ``σ̃ = fl(√σ̃²)``, the one with the better acceptance (``∝ (σ/τ)e^{−σ²/(2τ²)}``), or
+    ``τ = 1`` when ``σ̃ < 1`` — so that ``σ̃/τ ≤ 1.3595`` and ``σ/τ < 1.36``; ``μ̃ = σ̃²/τ =
+    μ(1 + θ)`` and ``S = 2σ̃² = 2σ²(1 + θ)`` (exact scalings)."""
 
     def __init__(self, t: np.ndarray, m: np.ndarray, f: np.ndarray):
         s2 = t.astype(np.float64) * (m.astype(np.float64) + f.astype(np.float64) * 2.0**-30)
@@ -506,6 +508,15 @@ def _gauss_trials(n: int, P: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
     ``W_d`` and uses :func:`_exp_bounds`. Returns ``(success, Y, undecided, raw)``;
     undecided trials (``V`` unverified, ≈ 10⁻⁶, or ``W_d`` within ``4η`` of ``e^{−x}``)
     are finished by :func:`_gauss_trial_exact` on the same bits.
+
+    **The error of x̃** (``C`` of :func:`_exp_bounds`). With ``c = X − μ``, ``x₂ =
+    c²/(2σ²)`` and :class:`_GaussParams`: ``c̃ = fl(fl(X) − μ̃) = (c + Xδ₀ − μθ)(1 + δ₁)``,
+    ``|δ₀|, |δ₁| ≤ u`` (``δ₀ = 0`` while ``X ≤ 2^53``), ``X ≤ |c| + μ``, so ``e_c = |c̃ − c| ≤
+    2.0001u|c| + 4.0002uμ``. ``x̃₂ = fl(fl(c̃²)/S) = κ·c̃²/(2σ²)``, ``|κ − 1| ≤ 5.0003u``, and
+    ``|c̃² − c²|/(2σ²) ≤ (e_c|c| + e_c²/2)/σ² ≤ 4.0002u·x₂ + 4.0002u|c|/τ + 2⁻¹⁰⁰`` (``μ/σ² =
+    1/τ``) with ``|c|/τ = √(2x₂)·σ/τ ≤ 1.9234√x₂ ≤ 0.9617(x₂ + 1)``: ``|x̃₂ − x₂| ≤
+    12.85u(x₂ + 1)``. ``U/τ`` is exact (``< 2⁻⁸``) and the sum rounds once: ``|x̃ − x| ≤
+    13.9u(x + 1)``, ``C = 14 ≤ 16``. And ``x̃ ≥ 0``.
     """
     tab = _tables(_ETA)
     w = _words(n)
@@ -546,7 +557,7 @@ def _gauss_trials(n: int, P: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
         vbits[k] = 53
     X = v << nU
     X += U
-    # x̃ = fl(fl(fl(fl(X) − μ̃)²)/S) + U·2^-j): |x̃ − x| ≤ 14u(x + 1) (discrete_gaussian_scale)
+    # x̃ = fl(fl(fl(fl(X) − μ̃)²)/S) + U·2^-j): |x̃ − x| ≤ 13.9u(x + 1) (docstring)
     x = X.astype(np.float64)
     x -= P["mu"]
     x *= x
