@@ -266,6 +266,21 @@ def test_discrete_gaussian_per_element_parameters():
     assert _chi2_quantiles(z[2], s2[2]) > ALARM
 
 
+def test_discrete_gaussian_many_groups_of_different_scales():
+    """One σ² per row, 390 distinct ones in three families (σ ≈ 6.3, 2^20, 2^30: proposal
+    scales 2^2, 2^20, 2^30, U from the word or from a second word): the per-element path
+    (one trial per element and round, parameters gathered per element)."""
+    rows, d = 390, 600
+    base = np.array([40.0, 2.0**40, 2.0**60])[np.arange(rows) % 3]
+    scales = [D.discrete_gaussian_scale(b * (1 + r * 1e-7)) for r, b in enumerate(base)]
+    t, m, f = (np.array([s[i] for s in scales])[:, None] for i in range(3))
+    z = D.sample_discrete_gaussian(t, np.broadcast_to(m, (rows, d)), f)
+    fam = np.arange(rows) % 3
+    assert _chi2_pmf(z[fam == 0].ravel(), 40.0) > ALARM  # σ² within 4e-5 of 40
+    assert _chi2_quantiles(z[fam == 1].ravel(), 2.0**40) > ALARM
+    assert _chi2_quantiles(z[fam == 2].ravel(), 2.0**60) > ALARM
+
+
 def test_discrete_gaussian_with_the_exact_path_forced(monkeypatch):
     """η widened to 2⁻⁵: about a third of the trials (the geometric part and the
     acceptance) are finished in Python; the law, including its conditioning on the

@@ -481,12 +481,19 @@ class _GaussParams:
         self.nU = np.maximum(j - 8, 0)  # bits of U; B = 2^nU
         self.sh = np.maximum(8 - j, 0)  # table step 2^sh; λ = B/τ = 2^(sh-8)
         self.inv_lam = np.ldexp(1.0, 8 - self.sh)
+        self._uniform = bool(j.min() == j.max())
 
-    def take(self, idx: np.ndarray) -> dict:
-        return {k: v[idx] for k, v in self.__dict__.items()}
+    _SCALE_KEYS = ("j", "scale_u", "nU", "sh", "inv_lam")  # functions of j alone
 
-    def shared(self) -> dict:
-        return {k: v.reshape(-1)[0] for k, v in self.__dict__.items()}
+    def row(self, g: int) -> dict:
+        """The parameters of group ``g`` (scalars)."""
+        return {k: v[g] for k, v in self.__dict__.items() if k[0] != "_"}
+
+    def take(self, g: np.ndarray) -> dict:
+        """Per-element parameters for the group ids ``g``; those of ``j`` stay scalars
+        when every group has the same ``j`` (as in a secure release: σ ∈ [2^20, 2^21))."""
+        return {k: v[0] if self._uniform and k in self._SCALE_KEYS else v[g]
+                for k, v in self.__dict__.items() if k[0] != "_"}
 
 
 def _gauss_trials(n: int, P: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
@@ -640,49 +647,89 @@ def sample_discrete_gaussian(t: Any, m: Any, m_frac: Any = 0) -> np.ndarray:
         raise ValueError("m must be below 2^62 (sigma^2 < 2^104).")
     if not (int(f0.min()) >= 0 and int(f0.max()) < 1 << FRAC_BITS):
         raise ValueError("m_frac must be in [0, 2^30).")
-    shared = all(a.min() == a.max() for a in (t0, m0, f0))
-    if shared:
-        tt, mm, ff = (a.reshape(-1)[:1] for a in (t0, m0, f0))
+    # the distinct (t, m, m_frac), found on the compact layout (the axes along which
+    # every input is broadcast dropped): one parameter set per group, not per element
+    nd = len(shape)
+    arrs = [a.reshape((1,) * (nd - a.ndim) + a.shape) for a in (t0, m0, f0)]
+    free = [all(a.shape[ax] == 1 or a.strides[ax] == 0 for a in arrs) for ax in range(nd)]
+    sl = tuple(slice(0, 1) if fr else slice(None) for fr in free)
+    comp = [np.broadcast_to(a, shape)[sl] for a in arrs]
+    cshape = comp[0].shape
+    cols = [c.ravel() for c in comp]
+    if all(c.min() == c.max() for c in cols):
+        tt, mm, ff = (c[:1] for c in cols)
+        inv = np.zeros(cols[0].size, dtype=np.intp)
     else:
-        tt, mm, ff = (np.broadcast_to(a, shape).ravel() for a in (t0, m0, f0))
+        order = np.lexsort(cols[::-1])
+        srt = [c[order] for c in cols]
+        new = np.ones(order.size, dtype=bool)
+        new[1:] = (srt[0][1:] != srt[0][:-1]) | (srt[1][1:] != srt[1][:-1]) | (
+            srt[2][1:] != srt[2][:-1])
+        tt, mm, ff = (c[new] for c in srt)
+        inv = np.empty(order.size, dtype=np.intp)
+        inv[order] = np.cumsum(new) - 1
     if np.any((mm == 0) & (ff == 0)):
         raise ValueError("sigma^2 = t*(m + m_frac*2^-30) must be > 0.")
     _check_sigma2(tt, mm, ff)
     params = _GaussParams(tt, mm, ff)
+    K = tt.size
 
-    def sigma2(i: int) -> Fraction:
-        i = 0 if shared else i
-        return Fraction(int(tt[i]) * ((int(mm[i]) << FRAC_BITS) | int(ff[i])), 1 << FRAC_BITS)
+    def sigma2(g: int) -> Fraction:
+        return Fraction(int(tt[g]) * ((int(mm[g]) << FRAC_BITS) | int(ff[g])), 1 << FRAC_BITS)
 
-    def run(size: int, P: dict, idx: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    def run(size: int, P: dict, gids: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
         acc, Y, und, raw = _gauss_trials(size, P)
         for k in np.flatnonzero(und).tolist():
+            g = gids if isinstance(gids, int) else int(gids[k])
             acc[k], Y[k] = _gauss_trial_exact(
                 int(raw["U"][k]), bool(raw["neg"][k]), int(raw["wv"][k]),
                 _VBITS if raw["vbits"] is None else int(raw["vbits"][k]), int(raw["wd"][k]),
                 _DBITS if raw["dbits"] is None else int(raw["dbits"][k]),
-                int(raw["v"][k]) if raw["okv"][k] else None,
-                sigma2(0 if idx is None else int(idx[k])),
-                int(P["j"] if idx is None else P["j"][k]))
+                int(raw["v"][k]) if raw["okv"][k] else None, sigma2(g), int(params.j[g]))
         return acc, Y
 
-    out = np.empty(n, dtype=np.int64)
-    if shared:  # i.i.d. trials: the successes, in order, are the draws
-        P = params.shared()
+    def stream(count: int, g: int) -> np.ndarray:
+        """``count`` draws of group ``g``: i.i.d. trials, the successes in order."""
+        res = np.empty(count, dtype=np.int64)
+        P = params.row(g)
         filled = 0
-        while filled < n:
-            size = min(_CHUNK, int((n - filled) * 1.5) + 64)
-            acc, Y = run(size, P, None)
-            got = Y[np.flatnonzero(acc)][:n - filled]
-            out[filled:filled + got.size] = got
+        while filled < count:
+            size = min(_CHUNK, int((count - filled) * 1.5) + 64)
+            acc, Y = run(size, P, g)
+            got = Y[np.flatnonzero(acc)][:count - filled]
+            res[filled:filled + got.size] = got
             filled += got.size
+        return res
+
+    if K == 1:
+        return stream(n, 0).reshape(shape)
+    gid = np.broadcast_to(inv.reshape(cshape), shape).ravel()
+    out = np.empty(n, dtype=np.int64)
+    if n >= K * 4096:  # few, large groups: each streamed
+        for g in range(K):
+            pos = np.flatnonzero(gid == g)
+            out[pos] = stream(pos.size, g)
         return out.reshape(shape)
-    todo = np.arange(n)
-    while todo.size:  # one trial per element and round, until it succeeds
+    fails = []
+    for s in range(0, n, _CHUNK):  # the first round: one trial per element
+        g = gid[s:s + _CHUNK]
+        acc, Y = run(g.size, params.take(g), g)
+        k = np.flatnonzero(acc)
+        out[s + k] = Y[k]
+        fails.append(s + np.flatnonzero(~acc))
+    todo = np.concatenate(fails)
+    while todo.size:  # trials per element and round until one succeeds: the first success
+        rep = min(16, max(1, 2048 // todo.size))  # the last few: several trials each
         fails = []
-        for s in range(0, todo.size, _CHUNK):
-            idx = todo[s:s + _CHUNK]
-            acc, Y = run(idx.size, params.take(idx), idx)
+        for s in range(0, todo.size, _CHUNK // rep):
+            idx = todo[s:s + _CHUNK // rep]
+            g = gid[np.repeat(idx, rep)] if rep > 1 else gid[idx]
+            acc, Y = run(g.size, params.take(g), g)
+            if rep > 1:
+                acc2 = acc.reshape(idx.size, rep)
+                first = acc2.argmax(axis=1)
+                acc = acc2[np.arange(idx.size), first]
+                Y = Y.reshape(idx.size, rep)[np.arange(idx.size), first]
             k = np.flatnonzero(acc)
             out[idx[k]] = Y[k]
             fails.append(idx[np.flatnonzero(~acc)])
