@@ -14,9 +14,10 @@ Secure mode (``noise="secure"``, ``docs/privacy-accounting.md`` §13) draws its 
 *proven* relative error bound ``η = 2⁻⁴⁰`` (:func:`_exp_approx`: a correctly rounded
 table of ``e^{−k/256}`` times a degree-5 Taylor polynomial; every rounding counted in
 its docstring) and decides only where the prefix's whole interval lies below ``lo`` or
-above ``hi`` (``lo ≤ e^{−x} ≤ hi``): there the event is certain. The rest — about
-``2⁻¹⁶`` of the trials — is decided in Python by drawing more bits of the *same* ``W``
-and comparing with rigorous :mod:`decimal` bounds of ``e^{−x}`` at increasing precision
+above ``hi`` (``lo ≤ e^{−x} ≤ hi``): there the event is certain. Undecided elements get
+more bits of the *same* ``W`` (vectorised: the discrete Gaussian's ≈ 0.3 % get 32 more),
+and what is still undecided — about ``2⁻³⁸`` of the trials — is decided in Python against
+rigorous :mod:`decimal` bounds of ``e^{−x}`` at increasing precision
 (:func:`_exact_below_exp`). The output is therefore a deterministic function of exact
 uniform variables, the function CKS's proofs are about; floating point only decides
 which path computes it.
