@@ -771,7 +771,7 @@ def discrete_gaussian_scale(sigma2: Fraction | int | float) -> tuple[int, int, i
 
     ``σ'² − σ² < t·2⁻³⁰`` exactly, so the relative excess is below ``2⁻³⁰·t/σ²``; as
     ``t ≤ σ + 1 + 1/(2σ)``, that is below ``2⁻³⁰(1/σ + 1/σ² + 1/(2σ³))`` — at most
-    ``2^{−28.7}/σ`` for ``σ ≥ 1``. Refused unless ``0 < σ² `` and ``σ'² < 2^104``.
+    ``2^{−28.7}/σ`` for ``σ ≥ 1``. Refused unless ``σ² > 0`` and ``σ'² < 2^104``.
     """
     s2 = Fraction(sigma2)
     if not s2 > 0:
