@@ -4,10 +4,14 @@ Same bank and queries as ``bench_retrieve.py`` (seeded Gaussian mixture, radius 
 typical gate holds ≈1 % of the bank), ε = 4, δ = 1e-5. For each cell and release (BRACE's
 count release, global, endpoint) the median of ``--repeats`` timed calls after one
 warm-up, plain (seeded) and secure, and their ratio; then the exact discrete Gaussian
-sampler alone (µs per coordinate at σ ≈ 2^20, the secure grid's scale) and, if it is
-installed, OpenDP's vectorised discrete Gaussian (``make_gaussian`` on integer vectors).
+sampler alone: µs per coordinate at σ ≈ 2^20 (the secure grid's scale), 2^30 and 2^45,
+for 16 384 and 100 000 coordinates per call (one σ per call, and one σ per row of 64
+as in a release), wall-clock and CPU time (medians), beside numpy's ``standard_normal``
+and, if it is installed, OpenDP's vectorised discrete Gaussian (``make_gaussian`` on
+i64 vectors; median of ``--opendp-repeats``).
 
     python benchmarks/bench_secure.py [--threads 1] [--d 64 384] [--repeats 5] [--json PATH]
+    python benchmarks/bench_secure.py --sampler-only [--threads 1] [--repeats 7]
 
 The target cell is n = 1e5, d = 64, Q = 256, T = 5; d = 384 reports the cost in high
 dimension.
@@ -37,7 +41,7 @@ import numpy as np  # noqa: E402
 
 from brace import LSRMemory, private_retrieve  # noqa: E402
 from brace._io import write_json  # noqa: E402
-from brace.discrete import discrete_gaussian_params, sample_discrete_gaussian  # noqa: E402
+from brace.discrete import discrete_gaussian_scale, sample_discrete_gaussian  # noqa: E402
 
 VARIANTS = (
     ("count", "brace", {"release": "count", "kappa": float("inf")}),
@@ -79,23 +83,70 @@ def bench_cell(n: int, d: int, Q: int, T: int, seed: int, repeats: int,
     return rows
 
 
-def bench_sampler(coords: int, repeats: int) -> dict:
-    """µs per coordinate of the exact sampler (and of OpenDP's, where installed)."""
-    t, m = discrete_gaussian_params(2**40)
-    tt = np.full(coords, t)
-    out = {"coords": coords, "brace_us": 1e6 * _median(
-        lambda: sample_discrete_gaussian(tt, m), repeats) / coords}
+def _medians(fn, repeats: int) -> tuple[float, float]:
+    """Median wall-clock and CPU seconds of ``repeats`` calls after one warm-up."""
+    fn()
+    wall, cpu = [], []
+    for _ in range(repeats):
+        t0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return statistics.median(wall), statistics.median(cpu)
+
+
+def bench_sampler(coords: tuple = (16_384, 100_000), log2_sigma: tuple = (20, 30, 45),
+                  repeats: int = 5, opendp_repeats: int = 3) -> list[dict]:
+    """µs per coordinate of the exact sampler (shared σ; one σ per row of 64), of numpy's
+    ``standard_normal`` and of OpenDP's ``make_gaussian`` (where installed)."""
     try:
         import opendp.prelude as dp
+        dp.enable_features("contrib")
     except ImportError:
-        out["opendp_us"] = None
-        return out
-    dp.enable_features("contrib")
-    meas = dp.m.make_gaussian(dp.vector_domain(dp.atom_domain(T=int)),
-                              dp.l2_distance(T=int), scale=2.0**20)
-    x = [0] * coords
-    out["opendp_us"] = 1e6 * _median(lambda: meas(x), repeats) / coords
-    return out
+        dp = None
+    rng = np.random.default_rng(0)
+    rows = []
+    for L in log2_sigma:
+        t, m, f = discrete_gaussian_scale(2 ** (2 * L))
+        # one σ per row of 64 coordinates, as in a release (σ² varying by up to 1 %)
+        per_row = [discrete_gaussian_scale(2 ** (2 * L) * (1 + i / 6400)) for i in range(64)]
+        for n in coords:
+            tt = np.full(n, t)
+            q = -(-n // 64)
+            rt = np.array([p[0] for p in per_row] * (q // 64 + 1))[:q, None]
+            rm = np.array([p[1] for p in per_row] * (q // 64 + 1))[:q, None]
+            rf = np.array([p[2] for p in per_row] * (q // 64 + 1))[:q, None]
+            rm = np.broadcast_to(rm, (q, 64))
+            row = {"log2_sigma": L, "coords": n}
+            w, c = _medians(lambda: sample_discrete_gaussian(tt, m, f), repeats)  # noqa: B023
+            row["brace_us"], row["brace_cpu_us"] = 1e6 * w / n, 1e6 * c / n
+            w, c = _medians(lambda: sample_discrete_gaussian(rt, rm, rf), repeats)  # noqa: B023
+            row["brace_rows_us"], row["brace_rows_cpu_us"] = 1e6 * w / (64 * q), 1e6 * c / (64 * q)
+            w, c = _medians(lambda: rng.standard_normal(n), repeats)  # noqa: B023
+            row["numpy_normal_us"], row["numpy_normal_cpu_us"] = 1e6 * w / n, 1e6 * c / n
+            row["opendp_us"] = row["opendp_cpu_us"] = None
+            if dp is not None and opendp_repeats > 0:
+                meas = dp.m.make_gaussian(dp.vector_domain(dp.atom_domain(T="i64")),
+                                          dp.l2_distance(T="i64"), scale=float(2**L))
+                x = [0] * n
+                w, c = _medians(lambda: meas(x), opendp_repeats)  # noqa: B023
+                row["opendp_us"], row["opendp_cpu_us"] = 1e6 * w / n, 1e6 * c / n
+            rows.append(row)
+            print(_sampler_line(row), flush=True)
+    return rows
+
+
+def _sampler_line(r: dict) -> str:
+    def f(k):
+        a, b = r[k + "_us"], r[k + "_cpu_us"]
+        return f"{'-':>15}" if a is None else f"{a:>7.3f} ({b:>5.3f})"
+
+    return (f"2^{r['log2_sigma']:<3} {r['coords']:>7} {f('brace'):>15} {f('brace_rows'):>15} "
+            f"{f('numpy_normal'):>15} {f('opendp'):>15}")
+
+
+SAMPLER_HEADER = (f"{'sigma':<5} {'coords':>7} {'brace':>15} {'brace, per row':>15} "
+                  f"{'numpy normal':>15} {'OpenDP':>15}   us/coordinate: wall (CPU), medians")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,19 +161,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--releases", nargs="+", default=[v[0] for v in VARIANTS],
                    choices=[v[0] for v in VARIANTS])
     p.add_argument("--json", metavar="PATH")
+    p.add_argument("--sampler-only", action="store_true",
+                   help="time only the exact sampler (not the releases)")
+    p.add_argument("--opendp-repeats", type=int, default=3,
+                   help="timed OpenDP calls per cell (median; 0 skips OpenDP)")
     a = p.parse_args(argv)
-    variants = tuple(v for v in VARIANTS if v[0] in a.releases)
-    print(f"threads: {threads_info()}; Q = {a.Q}, T = {a.T}, epsilon = 4, delta = 1e-5; "
-          f"median of {a.repeats}")
-    print(f"{'n':>7} {'d':>4} {'release':>9} {'plain s':>9} {'secure s':>9} {'ratio':>8}")
     rows = []
-    for d in a.d:
-        rows += bench_cell(a.n, d, a.Q, a.T, a.seed, a.repeats, variants)
-    samp = bench_sampler(a.Q * 64, a.repeats)
-    od = samp["opendp_us"]
-    print(f"sampler, sigma = 2^20, {samp['coords']} coordinates: brace "
-          f"{samp['brace_us']:.2f} us/coordinate; OpenDP "
-          + ("not installed" if od is None else f"{od:.2f} us/coordinate"))
+    if not a.sampler_only:
+        variants = tuple(v for v in VARIANTS if v[0] in a.releases)
+        print(f"threads: {threads_info()}; Q = {a.Q}, T = {a.T}, epsilon = 4, delta = 1e-5; "
+              f"median of {a.repeats}")
+        print(f"{'n':>7} {'d':>4} {'release':>9} {'plain s':>9} {'secure s':>9} {'ratio':>8}")
+        for d in a.d:
+            rows += bench_cell(a.n, d, a.Q, a.T, a.seed, a.repeats, variants)
+    print(f"the exact discrete Gaussian sampler; threads: {threads_info()}; median of "
+          f"{a.repeats} (OpenDP: {a.opendp_repeats})")
+    print(SAMPLER_HEADER)
+    samp = bench_sampler(repeats=a.repeats, opendp_repeats=a.opendp_repeats)
     if a.json:
         write_json(a.json, {"rows": rows, "sampler": samp, "threads": threads_info()})
     return 0
