@@ -85,17 +85,24 @@ def test_plan_is_what_private_retrieve_runs(method, kw):
     privacy record; a bank of the same public shape gets the same plan."""
     X = _bank()
     args = dict(method=method, epsilon=4.0, delta=1e-5, steps=3, **kw)
-    plan = plan_release(LSRMemory(X, radius=R), queries=3, **args)
+    plan = plan_release(LSRMemory(X, radius=R), queries=3, seeded=True, **args)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NotPrivateWarning)
         res = private_retrieve(LSRMemory(X, radius=R), X[:3], seed=0, **args)
+        sec = private_retrieve(LSRMemory(X, radius=R), X[:3], **args)  # no seed: secure
     assert plan.params(res.params["seed"]) == res.params
+    assert plan.noise == "plain" and sec.params["noise"] == "secure"
+    unseeded = plan_release(LSRMemory(X, radius=R), queries=3, **args)
+    assert {**unseeded.params(None), "seed_null_reason": sec.params["seed_null_reason"]} \
+        == sec.params
+    assert unseeded.spent.to_dict() == sec.privacy.to_dict() == res.privacy.to_dict()
     assert plan.spent.to_dict() == res.privacy.to_dict()
     assert plan.noise_multiplier == res.privacy.noise_multiplier
     assert plan.is_private == res.is_private
-    other = plan_release(LSRMemory(_bank(seed=5)[::-1].copy(), radius=R), queries=3, **args)
+    other = plan_release(LSRMemory(_bank(seed=5)[::-1].copy(), radius=R), queries=3,
+                         seeded=True, **args)
     assert other.to_dict() == plan.to_dict()  # public values only, never the rows
-    shape = plan_release((60, 2), radius=R, queries=3, **args)
+    shape = plan_release((60, 2), radius=R, queries=3, seeded=True, **args)
     assert shape.to_dict() == plan.to_dict()
     json.dumps(plan.to_dict(), allow_nan=False)
     assert str(plan).startswith("ReleasePlan: method=")

@@ -86,40 +86,53 @@ def test_noise_std_and_accounting_match_plain(mem):
     assert np.all(rel >= 0) and np.all(rel < 1e-4)
 
 
-def test_secure_auto_chooses_count_and_refusals(mem):
+def test_secure_is_the_default_without_a_seed_and_refusals(mem):
+    """``noise="auto"``: secure without a seed (every method and release, the smooth one
+    included), plain with one; the plan, the accounting and the release mode are those of
+    plain noise."""
     m, X = mem
     q = X[:2]
-    kw = dict(epsilon=4.0, delta=1e-5, steps=2, noise="secure")
-    res = brace.private_retrieve(m, q, method="brace", **kw)
-    assert res.params["release"] == "count" and "secure" in res.params["release_rule"]
-    plan = brace.plan_release(m, method="brace", queries=2, **kw)
-    assert plan.release == "count" and plan.noise == "secure"
-    assert res.privacy.to_dict() == plan.spent.to_dict()
+    kw = dict(epsilon=4.0, delta=1e-5, steps=2)
+    for extra in ({"method": "brace"}, {"method": "brace", "kappa": 0.0},
+                  {"method": "brace", "release": "smooth", "gamma": 0.05},
+                  {"method": "brace", "accounting": "paper"},
+                  {"method": "brace", "release": "count", "kappa": 0.0},
+                  {"method": "global"}, {"method": "endpoint"},
+                  {"method": "brace", "kappa": 128.0, "output_projection": False}):
+        res = brace.private_retrieve(m, q, **kw, **extra)
+        assert res.params["noise"] == "secure" and "no seed" in res.params["noise_rule"]
+        assert _on_grid(res) and res.params["seed"] is None
+        plain = brace.private_retrieve(m, q, seed=4, **kw, **extra)
+        assert plain.params["noise"] == "plain" and plain.grid is None
+        assert plain.params["release"] == res.params["release"]
+        assert plain.privacy.to_dict() == res.privacy.to_dict()
+        plan = brace.plan_release(m, queries=2, **kw, **extra)
+        assert plan.noise == "secure" and plan.spent.to_dict() == res.privacy.to_dict()
+    with pytest.warns(brace.NotPrivateWarning):  # naive: secure noise, still NOT DP
+        nv = brace.private_retrieve(m, q, method="naive", **kw)
+    assert nv.params["noise"] == "secure" and not nv.is_private and _on_grid(nv)
     refusals = [
-        (dict(method="brace", release="smooth"), "smooth release"),
-        (dict(method="brace", gamma=0.2), "gamma given"),
-        (dict(method="brace", gamma="gates"), "gamma given"),
-        (dict(method="brace", accounting="paper"), "smooth release"),
-        (dict(method="brace", kappa=0.0), "boundary correction"),
-        (dict(method="brace", kappa=128.0, output_projection=False), "without the output"),
-        (dict(method="naive"), "NOT differentially private"),
-        (dict(method="global", seed=3), "CSPRNG"),
-        (dict(method="global", _innovations=np.zeros((2, 2, 3))), "standard normal"),
-        (dict(method="global", noise="Secure"), "'plain' or 'secure'"),
+        (dict(method="global", seed=3, noise="secure"), "CSPRNG"),
+        (dict(method="global", _innovations=np.zeros((2, 2, 3)), noise="secure"),
+         "standard normal"),
+        (dict(method="global", noise="Secure"), "'auto', 'plain' or 'secure'"),
+        # Theorem 11's public conditions
+        (dict(method="brace", gamma=1e-10, noise="secure"), "gamma >= 1e-09"),
     ]
     for extra, match in refusals:
-        args = {**kw, **extra}
         with pytest.raises(ValueError, match=match):
-            brace.private_retrieve(m, q, **args)
+            brace.private_retrieve(m, q, **{**kw, **extra})
     with pytest.raises(TypeError, match="sampling mode"):
         brace.private_retrieve(m, q, method="global", epsilon=1, delta=1e-5, steps=1,
                                noise=np.zeros(3))
-    # the count release ignores κ, so it is accepted with any κ
-    ok = brace.private_retrieve(m, q, method="brace", release="count", kappa=0.0, **kw)
-    assert ok.params["release"] == "count" and _on_grid(ok)
+    with pytest.raises(ValueError, match="n <= 2\\^30"):
+        brace.plan_release((2**30 + 1, 3), radius=1.0, method="brace", noise="secure",
+                           gamma=0.05, **kw)
+    assert brace.plan_release((2**30 + 1, 3), radius=1.0, method="brace", noise="secure",
+                              release="count", **kw).noise == "secure"
 
 
-def test_plain_default_is_unchanged(mem):
+def test_a_seed_keeps_plain_noise_unchanged(mem):
     m, X = mem
     q = X[:5] + 0.1
     for method in ("brace", "global", "endpoint"):
@@ -128,7 +141,8 @@ def test_plain_default_is_unchanged(mem):
         b = brace.private_retrieve(m, q, method=method, epsilon=2.0, delta=1e-5, steps=3,
                                    seed=11, noise="plain")
         assert np.array_equal(a.outputs, b.outputs) and a.grid is None and b.grid is None
-        assert a.params == b.params and a.params["noise"] == "plain"
+        assert a.params["noise"] == b.params["noise"] == "plain"
+        assert "seed was given" in a.params["noise_rule"] and b.params["noise_rule"] == "given"
         # plain outputs are not grid points: the plain noise is a float
         assert not np.all(a.outputs * 2.0**20 == np.rint(a.outputs * 2.0**20))
 
@@ -207,18 +221,19 @@ def test_cli_retrieve_secure(tmp_path, capsys):
     base = ["retrieve", "--bank", str(bank), "--queries", str(queries), "--radius", "0.8",
             "--steps", "2", "--epsilon", "4"]
     out = tmp_path / "r.npz"
-    assert main([*base, "--noise", "secure", "--out", str(out)]) == 0
+    assert main([*base, "--out", str(out)]) == 0  # no seed: secure
     res = brace.load_result(out)
-    assert res.params["noise"] == "secure" and res.params["release"] == "count"
-    assert _on_grid(res)
+    assert res.params["noise"] == "secure" and _on_grid(res)
+    assert main([*base, "--seed", "1", "--out", str(out), "--overwrite"]) == 0
+    assert brace.load_result(out).params["noise"] == "plain"
     assert main([*base, "--noise", "secure", "--seed", "1", "--out", str(out),
                  "--overwrite"]) == 2
     assert "--seed is refused with --noise secure" in capsys.readouterr().err
     assert main([*base, "--noise", "secure", "--release-mode", "smooth", "--out",
-                 str(tmp_path / "s.npz")]) == 2
-    assert "smooth release" in capsys.readouterr().err
-    # uq: a secure release (where plain auto would choose the smooth release), its
-    # simulated privacy part re-run with the same secure plan
+                 str(tmp_path / "s.npz")]) == 0
+    assert brace.load_result(tmp_path / "s.npz").params["release"] == "smooth"
+    # uq: a secure release (the smooth one at this epsilon), its simulated privacy part
+    # re-run with the same secure plan
     assert main(["uq", "--bank", str(bank), "--queries", str(queries), "--radius", "0.8",
                  "--steps", "2", "--epsilon", "256", "--noise", "secure", "--seed", "3",
                  "--privacy", "simulate", "--n-sim", "20"]) == 0
@@ -243,22 +258,52 @@ def test_grid_rounding_sensitivity_bound_is_tight():
 
 
 @pytest.mark.parametrize("sens,rho,d", [(1.0, 0.02, 3), (0.37, 3.1, 384), (2.0, 1e-6, 64)])
-def test_sigma2_covers_the_inflated_sensitivity_exactly(sens, rho, d):
-    pre = np.zeros((2, d))
-    y, g, sigma = S.secure_gaussian(pre, np.array([sens, sens]), rho, r=1.0)
-    t, m = S._sigma2(sens / g[0], Fraction(rho), d)
-    dg = Fraction(sens / g[0]) + Fraction(math.isqrt(d << 60) + 1, 1 << 30)
+@pytest.mark.parametrize("data_dependent", [False, True])
+def test_sigma2_covers_the_inflated_sensitivity_exactly(sens, rho, d, data_dependent):
+    """σ² ≥ (1 + κ)(Δ/g + √d)²/(2ρ) exactly (κ = 2^-40 for a data-dependent scale, 0
+    otherwise), and not by more than a relative 2^-29/σ."""
+    g = S.grid_unit(np.array([sens / math.sqrt(2 * rho)]), 1.0, d)
+    t, mm, f = S.sigma2_params(np.array([sens]), g, rho, d, data_dependent=data_dependent)
+    s2 = Fraction(int(t[0])) * (Fraction(int(mm[0])) + Fraction(int(f[0]), 1 << 30))
+    dg = Fraction(sens) / Fraction(float(g[0])) + Fraction(math.isqrt(d << 60) + 1, 1 << 30)
     assert dg >= Fraction(sens / g[0]) + Fraction(math.sqrt(d)) - Fraction(1, 1 << 29)
-    assert dg * dg / (2 * Fraction(t * m)) <= Fraction(rho)  # the step is ≤ ρ-zCDP
-    assert (dg * dg / (2 * Fraction(t * m))) / Fraction(rho) > 1 - 1e-5  # and not wasteful
-    assert sigma[0] == pytest.approx(math.sqrt(t * m) * g[0])
+    kappa = S.SMOOTH_INFLATION if data_dependent else 0
+    target = (1 + kappa) * dg * dg / (2 * Fraction(rho))
+    assert s2 >= target  # the step is ≤ ρ-zCDP (ρ/(1+κ) for Theorem 11)
+    sigma = math.sqrt(s2)
+    assert s2 / target - 1 <= Fraction(2**-29) / Fraction(sigma) + Fraction(1, 2**52)
+    assert sigma >= 2.0**20 or d == 384  # the grid keeps the std ≥ 2^20 units (or √d·g ≤ r/16)
+    pre = np.zeros((2, d))
+    y, std = S.secure_gaussian(pre, np.array([sens, sens]), rho, np.repeat(g, 2),
+                               data_dependent=data_dependent)
+    assert std[0] == pytest.approx(sigma * g[0])
+    assert np.all(y / g[0] == np.rint(y / g[0]))
 
 
-def test_secure_refuses_points_beyond_the_grid_range():
-    with pytest.raises(ValueError, match="2\\^52 grid units"):
-        S.secure_gaussian(np.full((1, 2), 1e15), np.array([1e-3]), 1.0, r=1.0)
+def test_secure_range_is_decided_from_public_values():
+    """A call whose points could reach 2^61 grid units is refused before the bank is
+    read, from the queries and public bounds (never after a step was drawn)."""
+    with pytest.raises(ValueError, match="2\\^61 grid units"):
+        S.check_grid_range(np.array([1e15]), np.array([2.0**-50]))
+    S.check_grid_range(np.array([1e3]), np.array([2.0**-20]))
     with pytest.raises(ValueError, match="positive noise scale"):
         S.grid_unit(np.array([0.0]), 1.0, 2)
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(200, 2))
+    m = brace.LSRMemory(X, radius=1.0)
+
+    def boom(*a, **k):  # pragma: no cover - must not be reached
+        raise AssertionError("the bank was read")
+
+    far = np.array([[3e9, 0.0]])  # inside the certificate's range, beyond the grid's
+    kw = dict(method="brace", release="smooth", gamma=0.1, epsilon=100.0, delta=1e-5,
+              steps=2)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(brace.LSRMemory, "gate_pass", boom)
+        with pytest.raises(ValueError, match="2\\^61 grid units"):
+            brace.private_retrieve(m, far, **kw)
+    # the same call with a seed (plain noise) is within the certificate's range
+    assert brace.private_retrieve(m, far, seed=1, **kw).outputs.shape == (1, 2, 2)
 
 
 def test_discrete_gaussian_renyi_divergence_is_bounded_by_the_statement():
@@ -548,8 +593,12 @@ def test_audit_secure_passes_and_a_coarser_grid_is_caught(monkeypatch):
     labels = [cfg.label for _, cfg in report_cases(ReportConfig())]
     assert "brace (count release) [secure]" in labels
     assert "global [secure], grid x2^23 (BROKEN on purpose)" in labels
-    for bad, match in ((dict(noise="secure", release="smooth"), "count release"),
-                       (dict(noise="secure", method="naive"), "count release"),
+    assert "brace (kappa=0) [secure]" in labels  # the smooth release, correction on
+    smooth = audit(X, q, AuditConfig(method="brace", noise="secure", kappa=0.0, epsilon=1.0,
+                                     steps=2, radius=0.5, n_runs=4_000, n_screen=100,
+                                     max_candidates=8, n_finalists=2, seed=2))
+    assert smooth.verdict == "pass" and smooth.epsilon_lb <= 1.0, str(smooth)
+    for bad, match in ((dict(noise="secure", method="naive"), "NOT differentially"),
                        (dict(noise="secure", method="global", noise_scale_factor=0.5),
                         "grid_factor"),
                        (dict(grid_factor=4), "noise='secure'"),

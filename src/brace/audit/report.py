@@ -22,7 +22,7 @@ __all__ = ["ReportConfig", "report_bank", "report_cases", "report", "format_repo
 class ReportConfig:
     """The standard audit report: BRACE (κ ∈ {0, 128}; the gate-size γ; the count release),
     global, endpoint at ε ∈ {1, 4} and the naive baseline, on small banks in d ∈ {1, 2},
-    the count release with secure noise at ε = 4, plus local accounting's far and near
+    the count release and the smooth release (κ = 0) with secure noise at ε = 4, plus local accounting's far and near
     pairs (``local_pairs``), one cell round of the synopsis (``synopsis``) and
     broken-noise self-checks (global and the count release, std halved; secure global
     with a grid 2^23× coarser than accounted)."""
@@ -88,13 +88,15 @@ def report_cases(rc: ReportConfig) -> list[tuple[int, AuditConfig]]:
             noise_scale_factor=0.5, n_runs=rc.n_runs, n_screen=rc.n_screen,
             alpha=rc.alpha, seed=rc.seed, **extra,
         )))
-    # secure mode (docs/privacy-accounting.md §13): the count release, at the largest ε
+    # secure noise (docs/privacy-accounting.md §13), the default without a seed: the count
+    # release and the smooth release with the correction on (Theorem 11), at the largest ε
     for d in rc.dims:
-        cases.append((d, AuditConfig(
-            method="brace", release="count", noise="secure", epsilon=max(rc.epsilons),
-            delta=rc.delta, steps=rc.steps, radius=rc.radius, n_runs=rc.n_runs,
-            n_screen=rc.n_screen, alpha=rc.alpha, seed=rc.seed,
-        )))
+        for extra in ({"release": "count"}, {"kappa": 0.0}):
+            cases.append((d, AuditConfig(
+                method="brace", noise="secure", epsilon=max(rc.epsilons),
+                delta=rc.delta, steps=rc.steps, radius=rc.radius, n_runs=rc.n_runs,
+                n_screen=rc.n_screen, alpha=rc.alpha, seed=rc.seed, **extra,
+            )))
     # secure mode's self-check: a pre-noise point rounded to a grid 2^23 times coarser
     # than the sensitivity accounts for (about 8 noise stds) must be caught
     cases.append((rc.dims[0], AuditConfig(
