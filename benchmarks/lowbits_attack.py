@@ -358,25 +358,24 @@ def trace(res: brace.PrivateRetrievalResult, memory: brace.LSRMemory, *, epsilon
     another batch)."""
     T = res.outputs.shape[1]
     proj = res.params["output_projection"]
+    noise = res.params.get("noise", "plain")
     cert = brace.certificate(memory, res.queries, history(res), method=res.method, steps=T,
                              epsilon=epsilon, delta=delta, released_counts=res.released_counts,
-                             output_projection=proj, **kw)
+                             output_projection=proj, noise=noise, **kw)
     plan = brace.plan_release(memory, method=res.method, epsilon=epsilon, delta=delta,
                               steps=T, output_projection=proj,
-                              queries=res.queries.shape[0], **kw)
+                              queries=res.queries.shape[0], noise=noise, **kw)
     return cert.pre_noise, cert.noise_scale, plan
 
 
 def public_grid(res: brace.PrivateRetrievalResult, memory: brace.LSRMemory, *,
                 epsilon: float, delta: float, **kw) -> np.ndarray:
     """The secure grid ``(Q, T)`` a bank's certificate gives along the released history
-    (``brace.secure.step_params`` of its sensitivity, the step's ρ, r and d)."""
-    from brace.secure import step_params
+    (``brace.steps.secure_grid`` of the plan and the step's sensitivity)."""
+    from brace.steps import secure_grid
 
-    _, sens, _ = trace(res, memory, epsilon=epsilon, delta=delta, **kw)
-    rho, r, d = res.privacy.rho_per_step, res.params["radius"], res.outputs.shape[2]
-    return np.stack([step_params(sens[:, t], rho, r, d)[0] for t in range(sens.shape[1])],
-                    axis=1)
+    _, sens, plan = trace(res, memory, epsilon=epsilon, delta=delta, **kw)
+    return np.stack([secure_grid(plan, sens[:, t]) for t in range(sens.shape[1])], axis=1)
 
 
 def attack(res: brace.PrivateRetrievalResult, banks: Sequence[brace.LSRMemory],

@@ -129,14 +129,16 @@ def test_plain_release_is_identified_with_certainty(wi, case):
 # --- secure releases are not --------------------------------------------------------------------
 
 @pytest.mark.parametrize("d", [8, 64])
-@pytest.mark.parametrize("release", ["global", "count"])
+@pytest.mark.parametrize("release", ["global", "count", "smooth"])
 def test_secure_release_identifies_nothing(wi, d, release):
     """Secure mode: the attack's consistency test (every coordinate an integer multiple of
     the public grid) holds under both banks for every release — 0 identifications — and
-    the grid is the one both banks' certificates give from public values."""
-    call = dict(method="global") if release == "global" else dict(method="brace",
-                                                                  release="count")
-    plan_kw = {} if release == "global" else dict(release="count")
+    the grid is the one both banks' certificates give from public values (the smooth
+    release's grid comes from the public floor 2r/n of its data-dependent scale)."""
+    call = {"global": dict(method="global"),
+            "count": dict(method="brace", release="count"),
+            "smooth": dict(method="brace", release="smooth", gamma=0.005)}[release]
+    plan_kw = {k: v for k, v in call.items() if k != "method"}
     A, B, q = L.neighbour_banks(d)
     res = brace.private_retrieve(A, np.repeat(q, RELEASES, 0), epsilon=EPS, delta=DELTA,
                                  steps=2, output_projection=False, noise="secure", **call)
