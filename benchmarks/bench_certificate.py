@@ -74,10 +74,10 @@ import numpy as np
 
 from brace import LSRMemory, certificate
 from brace._io import write_json
-from brace.steps import _project
 from brace.datasets import PAPER_MIXTURE, sample_mixture
 from brace.experiments.synthetic import SyntheticConfig, _queries
 from brace.policy import choose_gamma
+from brace.steps import _project
 
 R, T, EPS, DELTA = 0.8, 5, 128.0, 1e-5
 

@@ -22,10 +22,10 @@ __all__ = ["ReportConfig", "report_bank", "report_cases", "report", "format_repo
 class ReportConfig:
     """The standard audit report: BRACE (κ ∈ {0, 128}; the gate-size γ; the count release),
     global, endpoint at ε ∈ {1, 4} and the naive baseline, on small banks in d ∈ {1, 2},
-    the count release and the smooth release (κ = 0) with secure noise at ε = 4, plus local accounting's far and near
-    pairs (``local_pairs``), one cell round of the synopsis (``synopsis``) and
-    broken-noise self-checks (global and the count release, std halved; secure global
-    with a grid 2^23× coarser than accounted)."""
+    the count release and the smooth release (κ = 0) with secure noise at ε = 4, plus
+    local accounting's far and near pairs (``local_pairs``), one cell round of the
+    synopsis (``synopsis``) and broken-noise self-checks (global and the count release,
+    std halved; secure global with a grid 2^23× coarser than accounted)."""
 
     n_runs: int = 100_000
     steps: int = 2
