@@ -427,10 +427,15 @@ def _secure_count_split(eps: float, dlt: float, T: int, d: int) -> tuple[float, 
     """The count candidate of ``release="auto"`` (``docs/privacy-accounting.md`` §10):
     a tenth of δ for the proposals and the largest count share whose noise stays within
     ``AUTO_GLOBAL_RATIO``× global's (the defaults where no share fits)."""
+    from .accounting.calibration import _count_rho
+
     f = _policy.AUTO_PROPOSAL_DELTA
     rho0 = _acc.calibrate_rho(eps, dlt, T, dim=d, gamma=0.0)
-    rho_s = _acc.calibrate_rho(eps + math.log1p(-f * dlt), (1.0 - f) * dlt, T, dim=d,
-                               gamma=0.0)
+    # the count release's own ρ_s (as calibrate_count): its target ε + log(1 − fδ) is
+    # internal and may lie below the range a caller may pass (ε = 1e-6)
+    rho_s = _count_rho(eps, dlt, T, d, f)
+    if rho_s is None:
+        return _acc.COUNT_SHARE, _acc.COUNT_PROPOSAL_DELTA
     strict = _policy.AUTO_GLOBAL_RATIO * (1.0 - 1e-6)
     share = min(_policy.COUNT_SHARE_MAX, 1.0 - rho0 / (strict * strict * rho_s))
     if not share > 0.0:

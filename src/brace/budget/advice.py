@@ -9,7 +9,14 @@ import dataclasses
 import math
 from typing import Any
 
-from .._validation import check_delta, check_epsilon, check_int_at_least, check_queries, check_steps
+from .._validation import (
+    check_bool,
+    check_delta,
+    check_epsilon,
+    check_int_at_least,
+    check_queries,
+    check_steps,
+)
 from ..ledger_state import weights
 from ..mechanisms import PRIVATE_METHODS
 from ..plan import plan_release
@@ -96,6 +103,7 @@ class Advice:
         Q = check_int_at_least("queries", queries, 1)
         T = check_steps(steps)
         m = check_epsilon(gate_size, "gate_size")
+        public_seeds = check_bool("public_seeds", public_seeds)
         with self._locked():
             self._sync_outside()
             base = self._worst(())
