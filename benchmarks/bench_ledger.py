@@ -25,6 +25,19 @@ the bank, fine for a benchmark):
 
 Target: the overhead at 10,000 recorded releases within 2x of that at 10, per accounting.
 
+``--journal MODE …`` (e.g. ``WAL WAL+checkpoint DELETE TRUNCATE``) instead measures the
+per-call overhead at a short history (S = 10, global accounting) for each SQLite journal
+mode, all with ``synchronous=FULL``: ``WAL`` (the ledger's mode), ``WAL+checkpoint``
+(``wal_autocheckpoint=1``: the WAL is copied into the main file after every commit, so
+the main file is complete between calls) and the rollback journals ``DELETE`` and
+``TRUNCATE`` (the main file is complete between calls by construction). Every connection
+of the ledger is given the mode (``docs/ledger.md``, "Copying a ledger safely").
+
+``--advice`` instead times the public questions on a 20,000-row bank (d = 8, gate ≈ 50):
+``pm.recommend(1000)`` and ``pm.affordable_epsilon(3 queries, steps=3)``, each asked
+right after a new release (the recorded spend changed) and asked again before the next
+one (the same spend), over ``--rounds`` releases; medians. Target: ≤ 50 ms.
+
 The budget is (1e9, 1e-5), so nothing is refused (its filter orders are α ≈ 1.02–1.05;
 the admission test's cost does not depend on the orders). δ = 1e-9 per query: the
 default count release spends δ/10 per query directly, which 10,000 releases at the
@@ -32,6 +45,8 @@ default δ (1 % of the budget's) would take past the filter's δ share under glo
 accounting.
 
     python benchmarks/bench_ledger.py [--quick] [--threads 1] [--out PATH]
+    python benchmarks/bench_ledger.py --journal WAL WAL+checkpoint DELETE TRUNCATE
+    python benchmarks/bench_ledger.py --advice [--rounds 3]
 """
 
 from __future__ import annotations
@@ -61,6 +76,7 @@ if __name__ == "__main__":
 import numpy as np  # noqa: E402
 
 import brace  # noqa: E402
+from brace import ledger as ledger_module  # noqa: E402
 from brace._io import write_json  # noqa: E402
 from brace._meta import versions  # noqa: E402
 from brace.footprints import footprints  # noqa: E402
@@ -182,6 +198,80 @@ def measure(X: np.ndarray, r: float, size: int, accounting: str, T: int, calls: 
     return out
 
 
+def use_journal(journal: str) -> Any:
+    """Give every ledger connection the journal mode ``journal`` (``WAL+checkpoint``:
+    WAL with a checkpoint after every commit); returns the undo."""
+    real_connect = Ledger.__dict__["_connect"]
+    real_mode = ledger_module.JOURNAL_MODE
+    sql = "WAL" if journal == "WAL+checkpoint" else journal
+
+    def connect(path, timeout, *, mode="rw", immutable=False):
+        conn = real_connect.__func__(path, timeout, mode=mode, immutable=immutable)
+        if mode != "ro":
+            conn.execute(f"PRAGMA journal_mode={sql}")
+            if journal == "WAL+checkpoint":
+                conn.execute("PRAGMA wal_autocheckpoint=1")
+        return conn
+
+    ledger_module.JOURNAL_MODE = sql
+    Ledger._connect = staticmethod(connect)
+
+    def undo() -> None:
+        Ledger._connect = real_connect
+        ledger_module.JOURNAL_MODE = real_mode
+
+    return undo
+
+
+def journal_study(a: argparse.Namespace, X: np.ndarray, r: float, calls: int,
+                  rng: np.random.Generator, workdir: Path) -> list[dict[str, Any]]:
+    rows = []
+    for mode in a.journal:
+        undo = use_journal(mode)
+        try:
+            row = measure(X, r, 10, "global", a.steps, calls, a.real, rng,
+                          workdir / mode.replace("+", "_"))
+        finally:
+            undo()
+        row["journal"] = mode
+        rows.append(row)
+        print(f"  {mode:>15}: retrieve {row['retrieve_median_s'] * 1e3:.1f} ms, "
+              f"private_retrieve {row['private_retrieve_median_s'] * 1e3:.1f} ms, overhead "
+              f"{row['overhead_median_s'] * 1e3:.1f} ms (IQR "
+              f"{row['overhead_iqr_s'][0] * 1e3:.1f}-{row['overhead_iqr_s'][1] * 1e3:.1f})",
+              flush=True)
+    return rows
+
+
+def advice_study(rounds: int, rng: np.random.Generator, workdir: Path) -> dict[str, Any]:
+    """``recommend`` and ``affordable_epsilon`` after each release and asked again."""
+    X = make_bank(20_000, 8, rng)
+    pilot = fresh_queries(X, 256, rng)
+    r, _ = choose_radius(X, pilot, 50 / X.shape[0])
+    pm = brace.PrivateMemory(X, radius=r, budget=(8.0, 1e-5), ledger=workdir / "a.db",
+                             create=True)
+    q = fresh_queries(X, 3, rng)
+    asks = {"recommend(1000)": lambda: pm.recommend(1000).per_query_epsilon,
+            "affordable_epsilon(3 queries, T=3)": lambda: pm.affordable_epsilon(q, steps=3)}
+    times: dict[str, dict[str, list[float]]] = {k: {"after": [], "again": []} for k in asks}
+    answers = []
+    for i in range(rounds):
+        pm.retrieve(fresh_queries(X, 1, rng), steps=3, epsilon=0.5, seed=i)
+        for name, ask in asks.items():
+            for when in ("after", "again"):
+                t0 = time.perf_counter()
+                v = ask()
+                times[name][when].append(time.perf_counter() - t0)
+            answers.append([name, i, float(v).hex()])
+    pm.close()
+    out = {"n": X.shape[0], "d": X.shape[1], "radius": r, "rounds": rounds,
+           "answers": answers, "times": times}
+    for name, t in times.items():
+        print(f"  {name}: after a release {np.median(t['after']) * 1e3:.1f} ms (median of "
+              f"{rounds}), asked again {np.median(t['again']) * 1e3:.2f} ms", flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="sizes 10 and 1,000, 11 calls")
@@ -202,6 +292,12 @@ def main(argv: list[str] | None = None) -> int:
                    "and 5 more calls")
     p.add_argument("--threads", type=int, default=None,
                    help="BLAS/OpenMP threads (set before numpy loads)")
+    p.add_argument("--journal", nargs="+", metavar="MODE",
+                   choices=["WAL", "WAL+checkpoint", "DELETE", "TRUNCATE", "PERSIST"],
+                   help="instead: per-call overhead for each journal mode (S = 10, global)")
+    p.add_argument("--advice", action="store_true",
+                   help="instead: recommend and affordable_epsilon on a 20,000-row bank")
+    p.add_argument("--rounds", type=int, default=3, help="--advice: releases asked after")
     a = p.parse_args(argv)
     sizes = a.sizes or ([10, 1000] if a.quick else [10, 10_000])
     calls = a.calls or (11 if a.quick else 31)
@@ -209,6 +305,15 @@ def main(argv: list[str] | None = None) -> int:
         p.error("sizes, calls, n, d, steps must be positive")
 
     rng = np.random.default_rng(a.seed)
+    if a.advice:
+        print(f"public questions: numpy {np.__version__}, python "
+              f"{platform.python_version()}, {os.cpu_count()} CPUs")
+        with tempfile.TemporaryDirectory(dir=a.dir) as tmp:
+            adv = advice_study(a.rounds, rng, Path(tmp))
+        if a.out:
+            write_json(a.out, {"benchmark": "bench_ledger --advice", "versions": versions(),
+                               "cpus": os.cpu_count(), **adv})
+        return 0
     X = make_bank(a.n, a.d, rng)
     pilot = fresh_queries(X, 256, rng)
     r, _ = choose_radius(X, pilot, a.gate / a.n)
@@ -219,6 +324,16 @@ def main(argv: list[str] | None = None) -> int:
           f"{calls} calls per cell; numpy {np.__version__}, python "
           f"{platform.python_version()}, {os.cpu_count()} CPUs, threads: {threads_info()}")
     rows = []
+    if a.journal:
+        with tempfile.TemporaryDirectory(dir=a.dir) as tmp:
+            for mode in a.journal:
+                (Path(tmp) / mode.replace("+", "_")).mkdir()
+            rows = journal_study(a, X, r, calls, rng, Path(tmp))
+        if a.out:
+            write_json(a.out, {"benchmark": "bench_ledger --journal", "started": started,
+                               "versions": versions(), "cpus": os.cpu_count(),
+                               "results": rows})
+        return 0
     with tempfile.TemporaryDirectory(dir=a.dir) as tmp:
         for acc in a.accountings:
             for size in sizes:

@@ -315,3 +315,33 @@ def test_composed_total_of_a_count_release_is_stated_where_finite(bank):
     text = str(p)
     assert "eps = inf" not in text and "the deltas add" in text
     assert res.to_dict()["privacy"]["epsilon_total_finite"]["delta"] == pytest.approx(2e-5)
+
+
+def test_advice_is_cached_per_plan_and_per_spend(bank, monkeypatch, tmp_path):
+    """affordable_epsilon and recommend read only public values: asked again before the
+    next release they answer from their cache without planning anything; after a
+    release they answer afresh, as an object that never asked before does (issue 32)."""
+    from brace.budget import advice
+
+    path = tmp_path / "ledger.db"
+    pm = PrivateMemory(bank, radius=0.8, budget=(8.0, 1e-5), ledger=path, create=True)
+    q = bank[:3] + 0.01
+    pm.retrieve(bank[:1], steps=2, epsilon=0.5, delta=1e-6, seed=0)
+    first = (pm.affordable_epsilon(q, steps=2, method="global"),
+             pm.recommend(50).per_query_epsilon)
+
+    def boom(*a, **kw):
+        raise AssertionError("planned again")
+
+    monkeypatch.setattr(advice, "plan_release", boom)
+    advice._cached_plan.cache_clear()
+    assert (pm.affordable_epsilon(q, steps=2, method="global"),
+            pm.recommend(50).per_query_epsilon) == first
+    monkeypatch.undo()
+    pm.retrieve(bank[5:6], steps=2, epsilon=0.5, delta=1e-6, seed=1)  # the spend changed
+    again = pm.affordable_epsilon(q, steps=2, method="global")
+    advice._cached_plan.cache_clear()
+    fresh = PrivateMemory(bank, radius=0.8, budget=(8.0, 1e-5), ledger=path)
+    assert fresh.affordable_epsilon(q, steps=2, method="global") == again < first[0]
+    pm.close()
+    fresh.close()

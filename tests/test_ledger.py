@@ -382,3 +382,306 @@ def test_float32_and_memory_mapped_banks_are_fingerprinted_in_place(bank, tmp_pa
 def test_public_names():
     assert hasattr(brace, "PrivateMemory") and hasattr(brace.ledger, "LedgerLockTimeout")
     assert issubclass(LedgerLockTimeout, LedgerError)
+
+
+# --------------------------------------------------------------------------------------
+# nothing lost, nothing half-done: races, deletion, copies, migration, permissions
+# --------------------------------------------------------------------------------------
+
+CREATOR = textwrap.dedent(
+    """
+    import os, sys, time
+    from pathlib import Path
+    import numpy as np
+    import brace
+    root, trials, me = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    X = np.random.default_rng(0).normal(size=(120, 2))
+    for t in range(trials):
+        print("READY", t, flush=True)
+        go = root / f"go{t}"
+        while not go.exists():
+            time.sleep(0.0002)
+        try:
+            pm = brace.PrivateMemory(X, radius=0.8, budget=(20.0, 1e-5),
+                                     ledger=root / f"ledger{t}.db", create=True)
+            res = pm.retrieve(X[me:me + 1], steps=1, epsilon=1.0, delta=1e-6, seed=me)
+            pm.close()
+            print("RELEASED", t, res.outputs.tobytes().hex(), flush=True)
+        except Exception as exc:
+            print("FAILED", t, type(exc).__name__, str(exc).replace("\\n", " "), flush=True)
+    """
+)
+
+
+def test_concurrent_creation_never_loses_a_returned_release(tmp_path):
+    """Issue reproducer: processes creating one ledger at once (6 of 12 trials lost the
+    winner's release). Exactly one creates it; the others fail clearly and remove
+    nothing; every returned release is recorded exactly once."""
+    procs_n, trials = 6, 4
+    script = tmp_path / "creator.py"
+    script.write_text(CREATOR)
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    procs = [subprocess.Popen([sys.executable, str(script), str(tmp_path), str(trials),
+                               str(i)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(procs_n)]
+    try:
+        for t in range(trials):
+            for p in procs:
+                line = p.stdout.readline()
+                assert line.split() == ["READY", str(t)], (line, p.stderr.read())
+            (tmp_path / f"go{t}").touch()
+            outcomes = [p.stdout.readline().rstrip("\n").split(" ", 2) for p in procs]
+            released = sorted(o[2] for o in outcomes if o[0] == "RELEASED")
+            failed = [o[2] for o in outcomes if o[0] == "FAILED"]
+            assert all("LedgerError" in f and "already exists" in f for f in failed), failed
+            db = Ledger.open(tmp_path / f"ledger{t}.db", write=False)
+            rows = db.read_since(0, "")
+            db.close()
+            assert sorted(r.outputs.tobytes().hex() for r in rows) == released
+            assert len(released) >= 1
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(timeout=30)
+            p.stdout.close()
+            p.stderr.close()
+    left = sorted(f.name for f in tmp_path.iterdir() if ".tmp" in f.name)
+    assert left == []  # no temporary file left behind
+
+
+def test_a_ledger_deleted_or_replaced_while_open_is_refused(bank, tmp_path, monkeypatch):
+    """Issue reproducer: after ledger.db (-wal, -shm) was deleted under a live
+    PrivateMemory, the next retrieve returned, recorded only in the unlinked file."""
+    import brace.budget.facade as facade
+
+    path = tmp_path / "ledger.db"
+    pm = _new(bank, path)
+    pm.retrieve(bank[:1], steps=1, epsilon=1.0, delta=1e-6, seed=0)
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink()
+    with pytest.raises(LedgerError, match="deleted or moved while this process had it"):
+        pm.retrieve(bank[1:2], steps=1, epsilon=1.0, delta=1e-6, seed=0)
+    pm.close()
+    # replaced by another ledger at the same path
+    pm = _new(bank, path)
+    other = tmp_path / "other.db"
+    _new(bank, other).close()
+    os.replace(other, path)
+    with pytest.raises(LedgerError, match="replaced by another file"):
+        pm.retrieve(bank[1:2], steps=1, epsilon=1.0, delta=1e-6, seed=0)
+    pm.close()
+    # deleted while the release is being computed: refused before the commit
+    path.unlink()
+    pm = _new(bank, path)
+    real = facade.private_retrieve
+
+    def deleting(*a, **kw):
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink()
+        return real(*a, **kw)
+
+    monkeypatch.setattr(facade, "private_retrieve", deleting)
+    with pytest.raises(LedgerError, match="deleted or moved"):
+        pm.retrieve(bank[1:2], steps=1, epsilon=1.0, delta=1e-6, seed=0)
+    monkeypatch.setattr(facade, "private_retrieve", real)
+    pm.close()
+    # a rolled-back release is forgotten: the object reads its ledger afresh
+    path = tmp_path / "again.db"
+    pm = _new(bank, path)
+    pm.retrieve(bank[:1], steps=1, epsilon=1.0, delta=1e-6, seed=0)
+    spent = pm.spent
+    monkeypatch.setattr(Ledger, "_check_identity", _fail_second_call())
+    with pytest.raises(LedgerError, match="injected"):
+        pm.retrieve(bank[1:2], steps=1, epsilon=1.0, delta=1e-6, seed=0)
+    monkeypatch.undo()
+    assert pm.spent == spent and len(pm.releases) == 1
+    pm.retrieve(bank[1:2], steps=1, epsilon=1.0, delta=1e-6, seed=0)
+    assert len(pm.releases) == len(inspect_ledger(path).releases) == 2
+    pm.close()
+
+
+def _fail_second_call():
+    """A ``Ledger._check_identity`` that fails on its second call: the check before the
+    commit of the next transaction."""
+    calls = []
+
+    def check(self):
+        calls.append(1)
+        if len(calls) == 2:
+            raise LedgerError("injected failure before the commit")
+
+    return check
+
+
+def test_a_closed_private_memory_says_so(bank, tmp_path):
+    pm = _new(bank, tmp_path / "ledger.db")
+    pm.close()
+    with pytest.raises(LedgerError, match="is closed"):
+        pm.retrieve(bank[:1], steps=1, epsilon=1.0, delta=1e-6, seed=0)
+    with pytest.raises(LedgerError, match="is closed"):
+        pm.spent  # noqa: B018
+
+
+def test_backup_copies_a_live_ledger_that_a_file_copy_misses(bank, tmp_path):
+    """Issue reproducer: ``cp ledger.db copy.db`` of a ledger a writer holds (without the
+    -wal file) opened with spent 0. The online backup has every release."""
+    import shutil
+
+    from brace.ledger import backup_ledger
+
+    path = tmp_path / "ledger.db"
+    pm = _new(bank, path)
+    for i in range(3):
+        pm.retrieve(bank[i:i + 1], steps=2, epsilon=1.0, delta=1e-6, seed=i)
+    shutil.copyfile(path, tmp_path / "cp.db")  # the main file only: the WAL is missing
+    assert len(inspect_ledger(tmp_path / "cp.db").releases) < 3
+    n = backup_ledger(path, tmp_path / "copy.db")  # while pm holds it open
+    state, copy = inspect_ledger(path), inspect_ledger(tmp_path / "copy.db")
+    assert n == 3 and copy.releases == state.releases
+    assert copy.spent_local == state.spent_local == pytest.approx(pm.spent)
+    assert _open(bank, tmp_path / "copy.db").spent == pm.spent
+    with pytest.raises(LedgerError, match="already exists"):
+        backup_ledger(path, tmp_path / "copy.db")
+    with pytest.raises(LedgerError, match="does not exist"):
+        backup_ledger(tmp_path / "missing.db", tmp_path / "c2.db")
+    assert not (tmp_path / "c2.db").exists()
+    assert not [f for f in tmp_path.iterdir() if ".tmp" in f.name]
+    pm.close()
+
+
+def _json_ledger(tmp_path, bank, releases, **fp_edit):
+    import hashlib
+
+    from brace.ledger import bank_fingerprint
+
+    fp = {**bank_fingerprint(bank, 0.8), **fp_edit}
+    fp = {k: v for k, v in fp.items() if v is not None}
+    body = {"format": "brace-ledger/1", "brace_version": "0.1.0", "created": "then",
+            "fingerprint": fp, "budget": {"epsilon": 20.0, "delta": 1e-5},
+            "releases": releases}
+    blob = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    src = tmp_path / "old.json"
+    src.write_text(json.dumps({**body, "checksum": hashlib.sha256(blob.encode()).hexdigest()}))
+    return src
+
+
+@pytest.mark.parametrize("case", ["negative rho", "1e9 steps", "no shape"])
+def test_a_failed_migration_leaves_nothing_behind(bank, tmp_path, case):
+    """Issue reproducers: a failed migrate (negative rho; a 1e9 self-composition that ran
+    out of memory; a fingerprint without shape) left a fresh full-budget ledger, or
+    raised MemoryError / KeyError."""
+    from brace.accounting import GaussianStep, SelfComposed
+    from brace.ledger import event_to_dict
+
+    good = {"method": "global", "queries": 2, "steps": 3, "epsilon": 1.0, "delta": 1e-6,
+            "params": {}, "event": event_to_dict(SelfComposed(GaussianStep(0.05), 6))}
+    releases, fp, match = [good], {}, ""
+    if case == "negative rho":
+        releases.append({**good, "event": {"type": "SelfComposed", "count": 2, "event":
+                                           {"type": "GaussianStep", "rho": -0.5}}})
+        match = "rho must be a finite number"
+    elif case == "1e9 steps":
+        releases.append({**good, "event": event_to_dict(SelfComposed(GaussianStep(1e-12),
+                                                                     10**9))})
+        match = "release 2 records 1,000,000,000 steps in d = 2.*past the limit"
+    else:
+        fp, match = {"shape": None}, "'shape' must be \\[n, d\\]"
+    src = _json_ledger(tmp_path, bank, releases, **fp)
+    target = tmp_path / "new.db"
+    t0 = time.perf_counter()
+    with pytest.raises(LedgerError, match=match):
+        migrate_json_ledger(src, target)
+    assert time.perf_counter() - t0 < 5.0
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["old.json"]
+
+
+def _unwritable(path: Path):
+    """Make ``path`` unwritable for this process: chmod, or for root (whom chmod does not
+    restrict) the immutable attribute. Returns the undo, or skips."""
+    if os.geteuid() != 0:
+        mode = path.stat().st_mode
+        path.chmod(0o555 if path.is_dir() else 0o444)
+        return lambda: path.chmod(mode)
+    done = subprocess.run(["chattr", "+i", str(path)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip("running as root, where chmod does not restrict, and chattr +i is not "
+                    f"available here ({done.stderr.decode().strip()})")
+    return lambda: subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+@pytest.mark.parametrize("where", ["file", "directory"])
+def test_permission_problems_are_named_and_reads_still_work(bank, tmp_path, where, capsys):
+    """Issue reproducer: in a read-only directory or on a chmod 444 ledger, opening,
+    retrieving and 'brace ledger show' reported 'corrupt, truncated or foreign' or a raw
+    sqlite3.OperationalError."""
+    from brace.cli import main
+
+    d = tmp_path / "d"
+    d.mkdir()
+    path = d / "ledger.db"
+    pm = _new(bank, path)
+    pm.retrieve(bank[:2], steps=2, epsilon=1.0, delta=1e-6, seed=0)
+    spent = pm.spent
+    pm.close()  # the journal files are gone: the main file is complete
+    undo = _unwritable(path if where == "file" else d)
+    try:
+        state = inspect_ledger(path)  # reads open the ledger read-only
+        assert len(state.releases) == 1 and state.spent_local == pytest.approx(spent)
+        assert main(["ledger", "show", str(path)]) == 0
+        assert "releases         : 1" in capsys.readouterr().out
+        if where == "file":  # opens for reading; a release is refused, naming why
+            pm = _open(bank, path)
+            assert pm.spent == spent
+            with pytest.raises(LedgerError, match="read-only here: permission denied.*may "
+                               "not write"):
+                pm.retrieve(bank[5:6], steps=1, epsilon=1.0, delta=1e-6, seed=0)
+            pm.close()
+        else:  # SQLite cannot keep its journal files: opening names the directory
+            with pytest.raises(LedgerError, match="permission denied.*may not write its "
+                               "directory"):
+                _open(bank, path)
+            with pytest.raises(LedgerError, match="permission denied.*directory"):
+                _new(bank, d / "new.db")
+            assert main(["ledger", "backup", str(path), str(d / "b.db")]) == 2
+            assert "permission denied" in capsys.readouterr().err
+    finally:
+        undo()
+    assert len(inspect_ledger(path).releases) == 1
+
+
+def test_edited_rows_with_a_valid_digest_are_ledger_errors(bank, tmp_path):
+    """Issue reproducers: rows edited and the unkeyed digest recomputed: a filter without
+    orders (KeyError), orders "ab" (TypeError), a 7-byte outputs blob (numpy's buffer
+    error). Each is a LedgerError that names the problem."""
+    path = tmp_path / "ledger.db"
+    pm = _new(bank, path)
+    pm.retrieve(bank[:1], steps=1, epsilon=1.0, delta=1e-6, seed=0)
+    pm.close()
+
+    conn = sqlite3.connect(path, isolation_level=None)
+    meta = {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM meta")}
+
+    def edit_meta(**change):  # the metadata digest recomputed
+        Ledger._write_meta(conn, {**meta, **change}, None)
+
+    original = meta["filter"]
+    for filt, match in [({"delta_direct": 5e-6}, "filter's 'orders' must be"),
+                        ({**original, "orders": "ab"}, "filter's 'orders' must be"),
+                        ({**original, "delta_direct": 1.0}, "delta_direct must be"),
+                        ("x", "filter must be an object")]:
+        edit_meta(filter=filt)
+        with pytest.raises(LedgerError, match=match):
+            _open(bank, path)
+        with pytest.raises(LedgerError, match=match):
+            inspect_ledger(path)
+    edit_meta(filter=original)
+    conn.close()
+    db = Ledger.open(path)
+    row = db._conn.execute("SELECT * FROM releases WHERE id = 1").fetchone()
+    blob = bytes(row[4])[:7]
+    mac = db._row_mac("", 1, row[1], row[2], row[3], blob, row[5], row[6], row[7])
+    db._conn.execute("UPDATE releases SET outputs = ?, mac = ? WHERE id = 1", (blob, mac))
+    db._write_meta(db._conn, {**db.meta, "head": {"count": 1, "mac": mac}}, None)
+    db.close()
+    with pytest.raises(LedgerError, match="outputs is a blob of 7 bytes"):
+        _open(bank, path)

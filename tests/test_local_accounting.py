@@ -371,23 +371,42 @@ def test_a_query_does_not_depend_on_rows_in_another_querys_footprints(index):
     assert changed_other  # the moved rows are read by query 0
 
 
-def test_canonical_sums_do_not_depend_on_the_other_gates_of_a_tile():
+def test_canonical_sums_do_not_depend_on_the_other_gates_of_a_tile(monkeypatch):
     """The dense pass chooses a GEMM or a sparse product per tile by the density of every
-    gate in it, and the two differ in the last bits; with canonical sums a centre's sum
-    is the same whatever the other centres of the pass (issue: footprints are per step)."""
-    from brace.gates.dense import gate_pass
+    gate in it, and the two may differ in the last bits; with canonical sums a centre's
+    sum is the same whatever the other centres of the pass (issue: footprints are per
+    step): its gate rows added in row order.
+
+    The test's teeth do not depend on the BLAS (whether its GEMM happens to round like
+    the row-order sum, as it may with some numpy builds): it checks which path sums each tile
+    (the crowded one: a GEMM without canonical sums, the row-order product with them)
+    and that the canonical sum is the row-order sum itself."""
+    import brace.gates.dense as dense
+    from brace.gates.dense import direct_sqdist, gate_pass
 
     rng = np.random.default_rng(8)
-    X = rng.normal(size=(2048, 8)) * 1e3 + rng.normal(size=(2048, 8))
+    X = rng.normal(size=(2048, 8)) * 1e3 + rng.normal(size=(2048, 8))  # one row block
     c = X[:1] + 1.0
     crowd = np.repeat(X[1:2], 40, axis=0)  # a dense neighbour gate flips the tile's path
     r = 2.5e3
     alone = gate_pass(X, None, c, r, canonical=True).sums[0]
     crowded = gate_pass(X, None, np.concatenate([c, crowd]), r, canonical=True).sums[0]
     assert np.array_equal(alone, crowded)
-    plain_alone = gate_pass(X, None, c, r).sums[0]
-    plain_crowded = gate_pass(X, None, np.concatenate([c, crowd]), r).sums[0]
-    assert not np.array_equal(plain_alone, plain_crowded)  # the test has teeth
+    members = X[direct_sqdist(X, c[0]) <= r * r]
+    assert 1 < members.shape[0] < X.shape[0]
+    assert np.array_equal(alone, np.cumsum(members, axis=0)[-1])  # row order, float64
+    # the teeth: without canonical sums the crowded tile is a GEMM, the lone gate is not
+    sparse = []
+    real = dense._csr_sum
+    monkeypatch.setattr(dense, "_csr_sum",
+                        lambda mk, *a: sparse.append(mk.shape[0]) or real(mk, *a))
+    gate_pass(X, None, np.concatenate([c, crowd]), r)
+    assert sparse == []
+    gate_pass(X, None, c, r)
+    assert sparse == [1]
+    # ... and with canonical sums the crowded tile is summed row by row all the same
+    gate_pass(X, None, np.concatenate([c, crowd]), r, canonical=True)
+    assert sparse == [1, 41]
 
 
 def test_the_index_keeps_exact_neighbour_sums_through_adds_and_probes():

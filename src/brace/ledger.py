@@ -9,7 +9,15 @@ ever unrecorded. In brief:
   the release is returned. WAL journal, ``synchronous=FULL``: a process killed at any
   point leaves the ledger before or after the release, never a returned release
   unrecorded. A lock held past ``timeout`` seconds is a :class:`LedgerLockTimeout` that
-  names the file and, where known, the process holding it.
+  names the file and, where known, the process holding it. Before each commit the path
+  must still name the file that was opened (same device and inode, and the same journal
+  files): a ledger deleted or replaced while open is refused, never written to unseen.
+* **Created atomically.** A new ledger is built in a temporary file beside it and
+  hard-linked into place, which fails if the name exists: of processes racing to create
+  one ledger, exactly one wins and the others fail clearly; nothing removes a file it did
+  not create. Migrations are built the same way (:func:`create` with ``fill``).
+* **Copied safely.** :func:`backup_ledger` (``brace ledger backup``) copies a live ledger
+  with SQLite's online backup API into a new file, verified, published atomically.
 * **Bound to its bank and budget.** The bank's SHA-256 fingerprint, the radius, the
   budget and the filter are fixed when the ledger is created (explicitly: ``create=True``
   or ``brace ledger init``); opening it with another bank, radius or budget is an error.
@@ -26,12 +34,15 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import hashlib
 import hmac
 import json
 import math
 import os
+import secrets
 import sqlite3
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +58,8 @@ __all__ = [
     "LedgerLockTimeout",
     "Ledger",
     "ReleaseRow",
+    "open_ledger",
+    "backup_ledger",
     "bank_fingerprint",
     "event_to_dict",
     "event_from_dict",
@@ -58,6 +71,12 @@ LEDGER_FORMAT = "brace-ledger/2"
 JSON_LEDGER_FORMAT = "brace-ledger/1"
 KEY_ENV = "BRACE_LEDGER_KEY"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+#: The journal mode of every ledger (a property of the file, set when it is created).
+#: WAL: one fsync per release, and readers never block the writer. Its main file lags
+#: the last releases until a checkpoint, so a plain file copy of a live ledger can miss
+#: them: copy with :func:`backup_ledger` (``docs/ledger.md``, "Copying a ledger safely";
+#: the other modes' cost per call is measured by ``benchmarks/bench_ledger.py --journal``).
+JOURNAL_MODE = "WAL"
 
 
 class LedgerError(ValueError):
@@ -265,77 +284,127 @@ class Ledger:
     """An open SQLite ledger (use :meth:`create` or :meth:`open`).
 
     Not shared between threads without the caller's lock (:class:`brace.PrivateMemory`
-    holds one); each process opens its own.
+    holds one); each process opens its own. ``read_only`` is None for a ledger open for
+    writing, else why it is not (opened to read, or a permission problem): its
+    :meth:`transaction` refuses, so nothing can be released through it.
     """
 
     def __init__(self, path: Path, conn: sqlite3.Connection, meta: dict[str, Any],
-                 key: bytes | None, timeout: float) -> None:
+                 key: bytes | None, timeout: float, *, read_only: str | None = None) -> None:
         self.path = path
-        self._conn = conn
+        self._conn: sqlite3.Connection | None = conn
         self.meta = meta
         self._key = key
         self.timeout = timeout
         self._head = meta["head"]
+        self.read_only = read_only
+        #: a transaction that had appended rows was rolled back: a reader that absorbed
+        #: them (PrivateMemory) must read the ledger afresh (:meth:`forget_rollback`)
+        self.rolled_back = False
+        self._appended = False
+        # what the path named when it was opened: the file and (WAL) its journal files
+        self._identity = {suffix: _file_id(Path(os.fspath(path) + suffix))
+                          for suffix in ("", "-wal", "-shm")}
 
     # ------------------------------------------------------------------------------
     @staticmethod
-    def _connect(path: Path, timeout: float, create: bool = False) -> sqlite3.Connection:
-        conn = sqlite3.connect(os.fspath(path), timeout=timeout, isolation_level=None,
+    def _connect(path: Path, timeout: float, *, mode: str = "rw",
+                 immutable: bool = False) -> sqlite3.Connection:
+        """A connection in SQLite's URI ``mode`` (``rw`` never creates a file, ``rwc``
+        creates, ``ro`` reads only; ``immutable``: no locks, for a file no one writes)."""
+        uri = f"file:{urllib.parse.quote(os.fspath(path), safe='/')}?mode={mode}" + (
+            "&immutable=1" if immutable else "")
+        conn = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None,
                                check_same_thread=False)
-        if create:  # WAL is a property of the file, kept by every later connection
-            conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
+        try:
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # opens the file
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
     @classmethod
     def create(cls, path: str | os.PathLike, *, fingerprint: dict[str, Any],
                budget: tuple[float, float], filter_spec: dict[str, Any],
-               key: bytes | str | None = None, timeout: float = 10.0) -> Ledger:
-        """Create a new, empty ledger; refuses an existing file or a missing directory."""
+               key: bytes | str | None = None, timeout: float = 10.0,
+               fill: Any = None) -> Ledger:
+        """Create a new ledger; refuses an existing file or a missing directory.
+
+        Atomic: the ledger is built in a temporary file beside ``path`` and hard-linked
+        into place, which fails if ``path`` exists (another process won a race to create
+        it: a clear :class:`LedgerError`, and nothing of the winner's is touched).
+        ``fill(ledger)``, if given, records releases in the temporary ledger before it is
+        published (a migration): if it fails, nothing is left at ``path``."""
         from ._version import __version__
 
         p = Path(os.fspath(path))
         _check_path(p, must_exist=False)
         k = ledger_key_from_env(key)
-        conn = cls._connect(p, timeout, create=True)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            for stmt in _SCHEMA.strip().split(";"):
-                if stmt.strip():
-                    conn.execute(stmt)
-            meta = {
-                "format": LEDGER_FORMAT,
-                "brace_version": __version__,
-                "created": now(),
-                "fingerprint": fingerprint,
-                "budget": {"epsilon": float(budget[0]), "delta": float(budget[1])},
-                "filter": filter_spec,
-                "mac": "hmac-sha256" if k else "sha256",
-                "head": {"count": 0, "mac": ""},
-            }
-            cls._write_meta(conn, meta, k)
-            conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            conn.close()
-            with contextlib.suppress(OSError):
-                for suffix in ("", "-wal", "-shm"):
-                    Path(os.fspath(p) + suffix).unlink()
-            raise
-        return cls(p, conn, meta, k, timeout)
+        meta = {
+            "format": LEDGER_FORMAT,
+            "brace_version": __version__,
+            "created": now(),
+            "fingerprint": fingerprint,
+            "budget": {"epsilon": float(budget[0]), "delta": float(budget[1])},
+            "filter": filter_spec,
+            "mac": "hmac-sha256" if k else "sha256",
+            "head": {"count": 0, "mac": ""},
+        }
+        with _staged(p) as tmp:
+            try:
+                conn = cls._connect(tmp, timeout, mode="rwc")
+            except sqlite3.Error as exc:
+                raise LedgerError(f"cannot create ledger {p}: {_explain(exc, p, True)}") \
+                    from None
+            try:
+                conn.execute(f"PRAGMA journal_mode={JOURNAL_MODE}")
+                conn.execute("BEGIN IMMEDIATE")
+                for stmt in _SCHEMA.strip().split(";"):
+                    if stmt.strip():
+                        conn.execute(stmt)
+                cls._write_meta(conn, meta, k)
+                conn.execute("COMMIT")
+                if fill is not None:
+                    fill(cls(tmp, conn, meta, k, timeout))
+            except sqlite3.Error as exc:
+                raise LedgerError(f"cannot create ledger {p}: {_explain(exc, p, True)}") \
+                    from None
+            finally:
+                conn.close()
+            made = _file_id(tmp)
+        db = cls.open(p, key=k, timeout=timeout)
+        if db._identity[""] != made:  # replaced between publishing and opening
+            db.close()
+            raise LedgerError(f"ledger {p} was replaced by another file just after it was "
+                              "created; nothing was recorded in it. Check who writes there.")
+        return db
 
     @classmethod
     def open(cls, path: str | os.PathLike, *, key: bytes | str | None = None,
-             timeout: float = 10.0) -> Ledger:
+             timeout: float = 10.0, write: bool = True) -> Ledger:
         """Open an existing ledger and verify its metadata (the releases are verified
-        as they are read, :meth:`read_since`)."""
+        as they are read, :meth:`read_since`).
+
+        ``write=False`` opens it read-only (``brace ledger show``, a backup): nothing can
+        be recorded through it, and a ledger this process may not write, or whose
+        directory it may not write (SQLite's journal files live beside it), still opens.
+        With ``write=True`` such a ledger opens read-only too, and :attr:`read_only` says
+        why: a release through it is refused with that reason."""
         p = Path(os.fspath(path))
         _check_path(p, must_exist=True)
         k = ledger_key_from_env(key)
+        why = _unwritable(p) if write else "it was opened read-only"
         try:
-            conn = cls._connect(p, timeout)
+            if why is None:
+                conn = cls._connect(p, timeout)
+            else:
+                conn = cls._connect_read_only(p, timeout, snapshot=not write)
         except sqlite3.DatabaseError as exc:
+            problem = _access_problem(p) or (why if write else None)
+            if problem or _is_permission(exc):
+                raise LedgerError(f"cannot open ledger {p}: {problem or exc}. The file was "
+                                  "not changed.") from None
             raise LedgerError(f"{p} is not a brace ledger database: corrupt, truncated or "
                               f"foreign ({exc}). It was not changed; restore it from a "
                               "backup.") from None
@@ -344,11 +413,58 @@ class Ledger:
         except BaseException:
             conn.close()
             raise
-        return cls(p, conn, meta, k, timeout)
+        return cls(p, conn, meta, k, timeout, read_only=why)
+
+    @classmethod
+    def _connect_read_only(cls, p: Path, timeout: float, *, snapshot: bool
+                           ) -> sqlite3.Connection:
+        """A read-only connection. A WAL ledger in a directory this process may not
+        write opens read-only only while its journal files exist; otherwise (no writer
+        has it open: the main file is complete) and where a one-shot read is wanted
+        (``snapshot``), it is opened immutable."""
+        try:
+            return cls._connect(p, timeout, mode="ro")
+        except sqlite3.OperationalError as exc:
+            wal = Path(os.fspath(p) + "-wal")
+            if not snapshot or wal.exists() or "unable to open" not in str(exc):
+                raise
+        return cls._connect(p, timeout, mode="ro", immutable=True)
 
     def close(self) -> None:
-        with contextlib.suppress(sqlite3.Error):
-            self._conn.close()
+        """Close the connection; a later use of this object is a :class:`LedgerError`."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._conn is None
+
+    def _live(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise LedgerError(
+                f"ledger {self.path} is closed (PrivateMemory.close(), or the end of its "
+                "with block): nothing was released or spent. Open it again to go on.")
+        return self._conn
+
+    def _check_identity(self) -> None:
+        """Refuse unless the path still names the file that was opened, with the same
+        journal files: a ledger deleted, moved or replaced while open would otherwise
+        record releases where no later reader finds them."""
+        p = self.path
+        for suffix, want in self._identity.items():
+            got = _file_id(Path(os.fspath(p) + suffix))
+            if suffix and want is None:
+                continue  # no such journal file when opened (not WAL, or read-only)
+            if got != want:
+                what = "the ledger" if not suffix else f"its journal file {p}{suffix}"
+                how = "deleted or moved" if got is None else "replaced by another file"
+                raise LedgerError(
+                    f"ledger {p}: {what} was {how} while this process had it open, so a "
+                    "release recorded now would be recorded where no later reader finds "
+                    "it. Nothing was released or spent. Restore the ledger (from a backup "
+                    "if it was deleted by mistake) and open it again.")
 
     # ------------------------------------------------------------------------------
     @staticmethod
@@ -394,14 +510,12 @@ class Ledger:
             b = meta["budget"]
             _num(b["epsilon"], "budget epsilon", lo=1e-300)
             _num(b["delta"], "budget delta", lo=1e-300, hi=1.0)
-            fp = meta["fingerprint"]
-            if not isinstance(fp, dict) or not isinstance(fp.get("sha256"), str):
-                raise LedgerError(f"ledger {p}: malformed fingerprint.")
+            _check_fingerprint(meta["fingerprint"], f"ledger {p}")
             head = meta["head"]
             _int(head["count"], "head count")
-            str(head["mac"])
-            if not isinstance(meta["filter"], dict):
-                raise LedgerError(f"ledger {p}: malformed filter.")
+            if not isinstance(head["mac"], str):
+                raise LedgerError(f"ledger {p}: the head's digest must be a string.")
+            _check_filter(meta["filter"], float(b["delta"]), f"ledger {p}")
         except (KeyError, TypeError) as exc:
             raise LedgerError(f"ledger {p} lacks a required field: {exc}.") from None
         return meta
@@ -410,26 +524,43 @@ class Ledger:
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
         """``BEGIN IMMEDIATE`` … ``COMMIT`` (rolled back on any error). Waits at most
-        ``timeout`` seconds for the write lock, then raises :class:`LedgerLockTimeout`."""
+        ``timeout`` seconds for the write lock, then raises :class:`LedgerLockTimeout`.
+        Refused on a read-only, closed, deleted or replaced ledger (before anything is
+        computed), and again just before the commit if the file was deleted or replaced
+        meanwhile."""
+        conn = self._live()
+        if self.read_only is not None:
+            raise LedgerError(
+                f"ledger {self.path} is read-only here: {self.read_only}. A release cannot "
+                "be recorded, so none was made and nothing was spent.")
+        self._check_identity()
         try:
-            self._conn.execute("BEGIN IMMEDIATE")
+            conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
             if "locked" in str(exc) or "busy" in str(exc):
                 raise LedgerLockTimeout(
                     f"could not lock ledger {self.path} within {self.timeout:g} s: "
                     f"{_holder(self.path)}. Nothing was released or spent; retry later "
                     "or raise lock_timeout.") from None
-            raise LedgerError(f"ledger {self.path}: {exc}") from None
+            raise LedgerError(f"ledger {self.path}: {_explain(exc, self.path, True)}. "
+                              "Nothing was released or spent.") from None
         _write_holder(self.path)
+        self._appended = False
         try:
-            meta = self._read_meta(self._conn, self.path, self._key)
+            meta = self._read_meta(conn, self.path, self._key)
             self.meta = meta
             yield
-            self._conn.execute("COMMIT")
-        except BaseException:
+            self._check_identity()
+            conn.execute("COMMIT")
+        except BaseException as exc:
             with contextlib.suppress(sqlite3.Error):
-                self._conn.execute("ROLLBACK")
+                conn.execute("ROLLBACK")
             self.meta["head"] = self._head
+            self.rolled_back = self.rolled_back or self._appended
+            if isinstance(exc, sqlite3.Error):
+                raise LedgerError(f"could not record in ledger {self.path}: "
+                                  f"{_explain(exc, self.path, True)}. Nothing was released "
+                                  "or spent.") from exc
             raise
         finally:
             with contextlib.suppress(OSError):
@@ -437,15 +568,16 @@ class Ledger:
 
     def refresh_meta(self) -> None:
         """Re-read (and verify) the metadata outside a transaction."""
-        self.meta = self._read_meta(self._conn, self.path, self._key)
+        self.meta = self._read_meta(self._live(), self.path, self._key)
 
     def read_since(self, after: int, prev_mac: str) -> list[ReleaseRow]:
         """Releases with ``id > after``, each verified against the chain that ends at
         ``prev_mac`` (the MAC of release ``after``), and the chain's end against the head
         in the metadata."""
         head = self.meta["head"]
+        conn = self._live()
         try:
-            rows = self._conn.execute(
+            rows = conn.execute(
                 "SELECT id, time, call_key, record, outputs, counts, centres, radii, mac "
                 "FROM releases WHERE id > ? ORDER BY id", (after,)).fetchall()
         except sqlite3.DatabaseError as exc:
@@ -520,6 +652,7 @@ class Ledger:
         head = self.meta["head"]
         rid = int(head["count"]) + 1
         t = now()
+        self._appended = True
         rec = json.dumps(record, sort_keys=True, allow_nan=False)
         ob = np.ascontiguousarray(outputs, dtype=np.float64).tobytes()
         cb = None if released_counts is None else np.ascontiguousarray(
@@ -527,12 +660,13 @@ class Ledger:
         ctb = np.ascontiguousarray(centres, dtype=np.float64).tobytes()
         rb = np.ascontiguousarray(radii, dtype=np.float64).tobytes()
         mac = self._row_mac(str(head["mac"]), rid, t, call_key, rec, ob, cb, ctb, rb)
-        self._conn.execute(
+        conn = self._live()
+        conn.execute(
             "INSERT INTO releases (id, time, call_key, record, outputs, counts, centres, "
             "radii, mac) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (rid, t, call_key, rec, ob, cb, ctb, rb, mac))
         self.meta = {**self.meta, "head": {"count": rid, "mac": mac}}
-        self._write_meta(self._conn, self.meta, self._key)
+        self._write_meta(conn, self.meta, self._key)
         return ReleaseRow(rid, t, call_key, json.loads(rec), np.asarray(outputs, np.float64),
                           released_counts, np.asarray(centres, np.float64),
                           np.asarray(radii, np.float64))
@@ -540,13 +674,38 @@ class Ledger:
     def arrays(self, rid: int) -> tuple[np.ndarray, np.ndarray | None]:
         """The released outputs and noisy counts of release ``rid``, validated (its chain
         was verified when :meth:`read_since` read it)."""
-        row = self._conn.execute(
+        row = self._live().execute(
             "SELECT id, time, call_key, record, outputs, counts, centres, radii, mac "
             "FROM releases WHERE id = ?", (rid,)).fetchone()
         if row is None:
             raise LedgerError(f"ledger {self.path}: release {rid} is missing.")
         parsed = self._parse_row(row)
         return parsed.outputs, parsed.released_counts
+
+    def backup_to(self, target: str | os.PathLike) -> int:
+        """Copy this ledger to a new file ``target`` with SQLite's online backup API (one
+        consistent snapshot, also while other processes write), verify the copy (its
+        metadata and every release's chain) and publish it atomically. Returns the number
+        of releases copied; refuses an existing ``target``."""
+        conn = self._live()
+        p = Path(os.fspath(target))
+        _check_path(p, must_exist=False)
+        with _staged(p) as tmp:
+            try:
+                dst = self._connect(tmp, self.timeout, mode="rwc")
+                try:
+                    conn.backup(dst)
+                finally:
+                    dst.close()
+            except sqlite3.Error as exc:
+                raise LedgerError(f"cannot back up ledger {self.path} to {p}: "
+                                  f"{_explain(exc, p, True)}") from None
+            copy = Ledger.open(tmp, key=self._key, timeout=self.timeout, write=False)
+            try:
+                n = len(copy.read_since(0, ""))
+            finally:
+                copy.close()
+        return n
 
 
 
@@ -558,7 +717,12 @@ def _array(blob: Any, dtype: Any, shape: tuple[int, ...], where: str, what: str,
            allow_inf: bool = False) -> np.ndarray:
     if not isinstance(blob, bytes | memoryview):
         raise LedgerError(f"{where}: {what} must be a blob.")
-    a = np.frombuffer(bytes(blob), dtype=dtype)
+    raw = bytes(blob)
+    size = np.dtype(dtype).itemsize
+    if len(raw) % size:
+        raise LedgerError(f"{where}: {what} is a blob of {len(raw)} bytes, not a whole number "
+                          f"of {size}-byte values; expected shape {shape}.")
+    a = np.frombuffer(raw, dtype=dtype)
     if a.size != math.prod(shape):
         raise LedgerError(f"{where}: {what} has {a.size} values; expected shape {shape}.")
     a = a.reshape(shape).copy()
@@ -579,8 +743,15 @@ def _check_path(p: Path, *, must_exist: bool) -> None:
                 f"ledger {p} does not exist. Create it explicitly (PrivateMemory(..., "
                 f"create=True) or 'brace ledger init {p}'); a mistyped path never starts "
                 "a fresh budget.")
-        with open(p, "rb") as fh:
-            head = fh.read(16)
+        try:
+            with open(p, "rb") as fh:
+                head = fh.read(16)
+        except OSError as exc:
+            raise LedgerError(f"cannot read ledger {p}: "
+                              f"{_access_problem(p) or exc}. It was not changed.") from None
+        if not head:
+            raise LedgerError(f"{p} is empty: not a brace ledger (an interrupted creation "
+                              "by another program?). It was not changed.")
         if head != _SQLITE_MAGIC:
             if head[:1] in (b"{", b"[", b" ", b"\n"):
                 raise LedgerError(
@@ -594,6 +765,154 @@ def _check_path(p: Path, *, must_exist: bool) -> None:
     if not p.parent.is_dir():
         raise LedgerError(f"cannot create ledger {p}: the directory {p.parent} does not "
                           "exist (it is never created implicitly).")
+    if not os.access(p.parent, os.W_OK | os.X_OK):
+        raise LedgerError(f"cannot create ledger {p}: permission denied: {_who()} may not "
+                          f"write the directory {p.parent}{_mode(p.parent)}.")
+
+
+def _check_fingerprint(fp: Any, where: str) -> dict[str, Any]:
+    """A bank fingerprint: ``sha256`` (hex), ``shape`` ``[n, d]``, ``dtype``, ``radius``."""
+    if not isinstance(fp, dict):
+        raise LedgerError(f"{where}: the bank fingerprint must be an object; got {fp!r}.")
+    sha = fp.get("sha256")
+    if not (isinstance(sha, str) and len(sha) == 64
+            and all(c in "0123456789abcdef" for c in sha)):
+        raise LedgerError(f"{where}: the fingerprint's 'sha256' must be 64 hex digits; "
+                          f"got {sha!r}.")
+    shape = fp.get("shape")
+    if not (isinstance(shape, list) and len(shape) == 2):
+        raise LedgerError(f"{where}: the fingerprint's 'shape' must be [n, d]; got "
+                          f"{shape!r}.")
+    _int(shape[0], f"{where}: fingerprint n", 1)
+    _int(shape[1], f"{where}: fingerprint d", 1)
+    if not isinstance(fp.get("dtype"), str):
+        raise LedgerError(f"{where}: the fingerprint's 'dtype' must be a string; got "
+                          f"{fp.get('dtype')!r}.")
+    _num(fp.get("radius"), f"{where}: fingerprint radius", lo=1e-300)
+    return fp
+
+
+def _check_filter(spec: Any, delta: float, where: str) -> dict[str, Any]:
+    """A filter: ``orders`` (distinct indices into the filter's order grid) and
+    ``delta_direct`` in ``[0, delta)`` (:class:`brace.accounting.filter.FilterSpec`)."""
+    from .accounting.filter import K
+
+    if not isinstance(spec, dict):
+        raise LedgerError(f"{where}: the filter must be an object; got {spec!r}.")
+    orders = spec.get("orders")
+    if not (isinstance(orders, list) and orders
+            and all(isinstance(o, int) and not isinstance(o, bool) and 0 <= o < K
+                    for o in orders) and len(set(orders)) == len(orders)):
+        raise LedgerError(f"{where}: the filter's 'orders' must be a non-empty list of "
+                          f"distinct integers in [0, {K}); got {orders!r}.")
+    _num(spec.get("delta_direct"), f"{where}: filter delta_direct", hi=delta)
+    return spec
+
+
+def _file_id(p: Path) -> tuple[int, int] | None:
+    """``(device, inode)`` of the file ``p`` names, or None if it names none."""
+    try:
+        st = os.stat(p)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _who() -> str:
+    uid = getattr(os, "geteuid", lambda: None)()
+    return "this process" if uid is None else f"this process (uid {uid})"
+
+
+def _mode(p: Path) -> str:
+    try:
+        st = os.stat(p)
+    except OSError:
+        return ""
+    return f" (mode {st.st_mode & 0o777:04o}, owner uid {st.st_uid})"
+
+
+def _access_problem(p: Path) -> str | None:
+    """A permission problem reading ``p`` (a ledger), or None."""
+    if p.exists() and not os.access(p, os.R_OK):
+        return f"permission denied: {_who()} may not read {p}{_mode(p)}"
+    parent = p.parent
+    if not os.access(parent, os.X_OK):
+        return f"permission denied: {_who()} may not enter its directory {parent}"
+    return None
+
+
+def _unwritable(p: Path) -> str | None:
+    """Why this process may not write the ledger ``p`` (its file, or its directory, where
+    SQLite keeps the journal files), or None."""
+    problem = _access_problem(p)
+    if problem:
+        return problem
+    if not os.access(p, os.W_OK):
+        return f"permission denied: {_who()} may not write {p}{_mode(p)}"
+    parent = p.parent
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return (f"permission denied: {_who()} may not write its directory {parent}"
+                f"{_mode(parent)}, where SQLite keeps the ledger's journal files "
+                f"({p.name}-wal, {p.name}-shm)")
+    return None
+
+
+def _is_permission(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return any(w in text for w in ("readonly", "read-only", "permission", "access"))
+
+
+def _explain(exc: BaseException, p: Path, write: bool) -> str:
+    """An SQLite error in words: a permission problem says so."""
+    problem = _unwritable(p) if write and p.exists() else _access_problem(p)
+    if problem is None and write and not p.exists() and not os.access(p.parent, os.W_OK):
+        problem = f"permission denied: {_who()} may not write the directory {p.parent}"
+    if problem or _is_permission(exc):
+        return problem or f"permission denied ({exc})"
+    return str(exc)
+
+
+@contextlib.contextmanager
+def _staged(p: Path) -> Iterator[Path]:
+    """A temporary path beside ``p`` to build a ledger in; on success it is published at
+    ``p`` (:func:`_publish`). Only the temporary files are ever removed."""
+    tmp = p.with_name(f".{p.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    try:
+        yield tmp
+        _publish(tmp, p)
+    finally:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            with contextlib.suppress(OSError):
+                os.unlink(os.fspath(tmp) + suffix)
+
+
+def _publish(tmp: Path, p: Path) -> None:
+    """Give the complete file ``tmp`` the name ``p``, atomically, refusing an existing
+    ``p``: a hard link (fails if ``p`` exists), or where the file system has none, an
+    exclusive placeholder replaced by ``tmp``. Then the directory is synced, so the name
+    survives a power cut."""
+    exists = LedgerError(
+        f"ledger {p} already exists (another process may have created it at the same "
+        "moment); open it (create=False) or choose another path. Nothing was created.")
+    try:
+        os.link(tmp, p)
+    except FileExistsError:
+        raise exists from None
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS,
+                             errno.EMLINK, errno.EXDEV):
+            raise LedgerError(f"cannot create ledger {p}: {exc}.") from None
+        try:
+            os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        except FileExistsError:
+            raise exists from None
+        os.replace(tmp, p)
+    with contextlib.suppress(OSError):
+        fd = os.open(p.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _write_holder(path: Path) -> None:
@@ -609,6 +928,41 @@ def _holder(path: Path) -> str:
                 f"{os.fspath(path)}.holder)")
     except (OSError, ValueError, KeyError, TypeError):
         return "another thread or process holds its write lock"
+
+
+# --------------------------------------------------------------------------------------
+# Opening by location; backups
+# --------------------------------------------------------------------------------------
+
+
+def _backend(location: str | os.PathLike) -> type[Ledger]:
+    """The ledger class that serves ``location``: today every location is an SQLite file
+    (:class:`Ledger`); a server ledger would be chosen here by its address."""
+    return Ledger
+
+
+def open_ledger(location: str | os.PathLike, *, key: bytes | str | None = None,
+                timeout: float = 10.0, write: bool = True) -> Ledger:
+    """Open the ledger at ``location`` (:meth:`Ledger.open`): the one entry point by
+    which commands open a ledger they were given."""
+    return _backend(location).open(location, key=key, timeout=timeout, write=write)
+
+
+def backup_ledger(source: str | os.PathLike, target: str | os.PathLike, *,
+                  key: bytes | str | None = None, timeout: float = 10.0) -> int:
+    """Copy the ledger ``source`` to the new file ``target``, safely while it is in use:
+    ``source`` is opened read-only, copied in one consistent snapshot (SQLite's online
+    backup API), the copy is verified and then published atomically (never a partial
+    ``target``; an existing one is refused). Returns the number of releases copied.
+
+    A copy restored later rolls the recorded spend back to the copy's: keep backups as
+    carefully as the ledger (``docs/ledger.md``, threat model)."""
+    src = open_ledger(source, key=key, timeout=timeout, write=False)
+    try:
+        src.read_since(0, "")  # refuse to copy a ledger that fails its own checks
+        return src.backup_to(target)
+    finally:
+        src.close()
 
 
 # --------------------------------------------------------------------------------------

@@ -122,7 +122,7 @@ def _finite(v: float) -> float | None:
 def inspect_ledger(path: str | os.PathLike, *, ledger_key: bytes | str | None = None
                    ) -> LedgerState:
     """Read and verify a ledger without its bank (:class:`LedgerState`)."""
-    db = _ledger.Ledger.open(path, key=ledger_key)
+    db = _ledger.Ledger.open(path, key=ledger_key, write=False)
     try:
         rows = db.read_since(0, "")
         meta = db.meta
@@ -144,41 +144,65 @@ def inspect_ledger(path: str | os.PathLike, *, ledger_key: bytes | str | None = 
         convert(index.worst_pair(), delta), convert(index.global_weights(), delta))
 
 
+#: a migrated release is recorded as one footprint (and one output row) per step: at most
+#: this many steps × d coordinates per release (2^24: 128 MiB per array), past which
+#: migration refuses the release from its public fields instead of running out of memory
+MAX_MIGRATED_COORDINATES = 1 << 24
+
+
 def migrate_json_ledger(source: str | os.PathLike, target: str | os.PathLike, *,
                         ledger_key: bytes | str | None = None) -> LedgerState:
     """Migrate a JSON ledger of the earlier format (``brace-ledger/1``) to a new SQLite
     ledger: same bank fingerprint and budget; each old release is recorded with its
     event and footprints of infinite radius (it is charged to every row, as it was),
-    and can never be a free repeat (its outputs were not recorded)."""
+    and can never be a free repeat (its outputs were not recorded).
+
+    Every old release is checked before anything is written (its event, and at most
+    :data:`MAX_MIGRATED_COORDINATES` steps × d), and the new ledger is built in a
+    temporary file published only when complete: a failed migration leaves nothing at
+    ``target``."""
     old = _ledger.read_json_ledger(source)
     b = old["budget"]
     budget = check_budget((b.get("epsilon"), b.get("delta")))
     spec = dataclasses.asdict(FilterSpec.for_budget(*budget))
     spec["orders"] = list(spec["orders"])
-    fp = old["fingerprint"]
+    fp = _ledger._check_fingerprint(old["fingerprint"], f"JSON ledger {source}")
     dim = int(fp["shape"][1])
-    db = _ledger.Ledger.create(target, fingerprint=fp, budget=budget, filter_spec=spec,
-                               key=ledger_key)
-    try:
+    rows = []
+    for i, rec in enumerate(old["releases"], 1):
+        if not isinstance(rec, dict):
+            raise _ledger.LedgerError(f"JSON ledger {source}: release {i} is not an object.")
+        ev = _ledger.event_from_dict(rec.get("event"))
+        step, count = (ev.event, ev.count) if isinstance(
+            ev, acc_events.SelfComposed) else (ev, 1)
+        if isinstance(step, acc_events.SelfComposed | acc_events.Composed):
+            raise _ledger.LedgerError(f"JSON ledger {source}: release {i}'s event is not "
+                                      "one step, self-composed; it was not migrated.")
+        if count * dim > MAX_MIGRATED_COORDINATES:
+            raise _ledger.LedgerError(
+                f"JSON ledger {source}: release {i} records {count:,} steps in d = {dim}; "
+                "migration writes one footprint per step, which is "
+                f"{count * dim:,} coordinates, past the limit of "
+                f"{MAX_MIGRATED_COORDINATES:,} per release. No ledger of the earlier "
+                "version holds such a release within a budget: the file is not a faithful "
+                "ledger. Nothing was migrated.")
+        new = {k: rec.get(k) for k in ("method", "epsilon", "delta", "params")}
+        # one footprint per recorded step, of infinite radius; shaped as ``count``
+        # one-step queries (the old outputs were not recorded)
+        new.update(queries=int(count), steps=1, dim=dim,
+                   release=str((rec.get("params") or {}).get("release", "migrated")),
+                   event=_ledger.event_to_dict(step), migrated_from=str(source),
+                   privacy={})
+        _ledger._check_record(new, f"JSON ledger {source}, release {i}")
+        rows.append((i, new, int(count)))
+
+    def fill(db: _ledger.Ledger) -> None:
         with db.transaction():
-            for i, rec in enumerate(old["releases"], 1):
-                if not isinstance(rec, dict):
-                    raise _ledger.LedgerError(f"JSON ledger {source}: release {i} is not "
-                                              "an object.")
-                ev = _ledger.event_from_dict(rec.get("event"))
-                step, count = (ev.event, ev.count) if isinstance(
-                    ev, acc_events.SelfComposed) else (ev, 1)
-                new = {k: rec.get(k) for k in ("method", "epsilon", "delta", "params")}
-                # one footprint per recorded step, of infinite radius; shaped as
-                # ``count`` one-step queries (the old outputs were not recorded)
-                new.update(queries=int(count), steps=1, dim=dim,
-                           release=str((rec.get("params") or {}).get("release", "migrated")),
-                           event=_ledger.event_to_dict(step), migrated_from=str(source),
-                           privacy={})
-                c = int(count)
+            for i, new, c in rows:
                 db.append(call_key=f"migrated:{i}", record=new,
                           outputs=np.zeros((c, 1, dim)), released_counts=None,
                           centres=np.zeros((c, dim)), radii=np.full(c, math.inf))
-    finally:
-        db.close()
+
+    _ledger.Ledger.create(target, fingerprint=fp, budget=budget, filter_spec=spec,
+                          key=ledger_key, fill=fill).close()
     return inspect_ledger(target, ledger_key=ledger_key)

@@ -233,9 +233,10 @@ class PrivateRetrievalResult:
         ]
         if self.is_private:
             p = self.privacy
+            eps_t, dl_t = p.composed()  # finite: at Q x delta where the deltas add
             lines.append(
                 f"  privacy: ({p.epsilon:g}, {p.delta:g})-DP per query; all {Q} queries "
-                f"composed: ({p.epsilon_total:.6g}, {p.delta:g})-DP"
+                f"composed: ({eps_t:.6g}, {dl_t:g})-DP"
             )
             lines.append("  " + str(p).replace("\n", "\n  "))
         elif self.privacy.not_private_reason:

@@ -303,9 +303,8 @@ def load_result(path: str | os.PathLike) -> PrivateRetrievalResult | NoiselessRe
                          "inconsistent.")
     fields = {k: diags.get(k) for k in DIAGNOSTIC_FIELDS}
     fields["released_counts"] = _counts(p, doc.get("released_counts"), privacy, outputs)
-    grid = doc.get("grid")
-    if grid is not None:
-        fields["grid"] = np.asarray(grid, dtype=np.float64)
+    fields["grid"] = _grid(p, doc.get("grid"), params, outputs)
+    _check_projection(p, method, params, outputs, queries)
     return PrivateRetrievalResult(
         method=method,
         is_private=is_private,
@@ -479,6 +478,62 @@ def _check_calibration(p: Path, priv: PrivacySpent, method: str) -> None:
         raise _field_error(p, "privacy.epsilon_total",
                            f"is {priv.epsilon_total:.8g}, but {priv.queries} queries composed "
                            f"spend {total:.8g}; the file is inconsistent.")
+
+
+def _grid(p: Path, value: Any, params: dict[str, Any], outputs: np.ndarray
+          ) -> np.ndarray | None:
+    """Secure noise's public grid unit per query and step: present exactly when
+    ``params.noise`` is ``"secure"``, (Q, T) powers of two no larger than the radius's
+    bound, and every released coordinate a multiple of its grid (``docs/results.md``)."""
+    from .secure import GRID_R_BITS
+
+    secure = params.get("noise") == "secure"
+    if value is None:
+        if secure:
+            raise _field_error(p, "grid", "missing: a release with secure noise "
+                               "(params.noise = 'secure') releases its grid unit per step.")
+        return None
+    if not secure:
+        raise _field_error(p, "grid", f"present, but params.noise is "
+                           f"{params.get('noise')!r}: only secure noise has a grid; the "
+                           "file is inconsistent.")
+    g = _finite_array(p, "grid", value)
+    Q, R, d = outputs.shape
+    if g.shape != (Q, R):
+        raise _field_error(p, "grid", f"has shape {g.shape}; the release needs {(Q, R)} "
+                           "(one grid unit per query and released step).")
+    r = float(params["radius"])
+    bound = math.ldexp(1.0, math.frexp(r / math.sqrt(d))[1] - 1 - GRID_R_BITS)
+    if not (np.all(g > 0) and np.all(np.frexp(g)[0] == 0.5) and np.all(g <= bound)):
+        raise _field_error(p, "grid", f"must hold powers of two no larger than {bound:.6g} "
+                           f"(2^(floor(log2(r/sqrt(d))) - {GRID_R_BITS}) for r = {r:g}, "
+                           f"d = {d}); the file was edited or damaged.")
+    units = outputs / g[:, :, None]
+    if not np.all(units == np.rint(units)):
+        raise _field_error(p, "grid", "does not match the outputs: a secure release's every "
+                           "coordinate is a multiple of its grid unit; the file was edited or "
+                           "damaged.")
+    return g
+
+
+def _check_projection(p: Path, method: str, params: dict[str, Any], outputs: np.ndarray,
+                      queries: np.ndarray) -> None:
+    """With the output projection, released step ``t`` lies in ``B̄(q, (t+1)r)`` (the
+    endpoint in ``B̄(q, (T+1)r)``; ``docs/spec.md`` §2): an edited output or query that
+    leaves that ball is refused."""
+    if method not in PRIVATE_METHODS or params.get("output_projection", True) is not True:
+        return
+    Q, R, _ = outputs.shape
+    r, T = float(params["radius"]), int(params["steps"])
+    t = np.full(R, T + 1.0) if method == "endpoint" else np.arange(2.0, R + 2.0)
+    dist = np.linalg.norm(outputs - queries[:, None, :], axis=2)
+    over = dist > t * r * (1.0 + 1e-9)
+    if np.any(over):
+        i, j = np.argwhere(over)[0]
+        raise _field_error(p, "outputs", f"step {j + 1} of query {i} lies {dist[i, j]:.6g} "
+                           f"from its query, outside the projection ball of radius "
+                           f"{t[j] * r:.6g} that every release with output_projection lies "
+                           "in; the outputs or queries were edited.")
 
 
 def _counts(p: Path, value: Any, priv: PrivacySpent, outputs: np.ndarray) -> np.ndarray | None:

@@ -33,7 +33,13 @@ import numpy as np
 from scipy.spatial import cKDTree
 
 from ._io import strict_json
-from ._validation import check_positive, check_queries, check_steps
+from ._validation import (
+    check_delta,
+    check_nonnegative,
+    check_positive,
+    check_queries,
+    check_steps,
+)
 from .mechanisms import SEED_WITHHELD
 
 __all__ = [
@@ -367,27 +373,86 @@ class Synopsis:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Synopsis:
-        """Rebuild a synopsis saved with :meth:`to_dict` (post-processing: free)."""
-        try:
-            att = np.asarray(data["attractors"], dtype=np.float64)
-            out = cls(att, np.asarray(data["counts"], dtype=np.int64),
-                      check_positive("radius", data["radius"]),
-                      np.asarray(data["seeds"], dtype=np.float64),
-                      np.asarray(data["endpoints"], dtype=np.float64),
-                      float(data["epsilon"]), float(data["delta"]),
-                      float(data["seed_epsilon"]), float(data["seed_delta"]),
-                      float(data["cell_rho"]), dict(data["params"]))
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"not a saved synopsis: {exc!r}") from None
-        if att.ndim != 2 or att.shape[0] < 1 or not np.all(np.isfinite(att)) \
-                or out.counts.shape != (att.shape[0],):
+        """Rebuild a synopsis saved with :meth:`to_dict` (post-processing: free). Every
+        field is checked, and a ``ValueError`` names the first that could not have been
+        written by :meth:`PrivateMemory.snapshot` (a cost ε ≤ 0 or δ ∉ (0, 1), arrays
+        of another dimension, counts that are not integers, negative noisy counts where
+        every kept cell passed a threshold ≥ 0, …)."""
+        if not isinstance(data, dict):
+            raise ValueError(f"not a saved synopsis: expected a JSON object; got "
+                             f"{type(data).__name__}.")
+        missing = [k for k in ("attractors", "counts", "radius", "seeds", "endpoints",
+                               "epsilon", "delta", "seed_epsilon", "seed_delta",
+                               "cell_rho", "params") if k not in data]
+        if missing:
+            raise ValueError(f"not a saved synopsis: it lacks the field(s) {missing}.")
+
+        def field(name: str, check: Any) -> Any:
+            try:
+                return check(data[name])
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"not a saved synopsis: field {name!r}: {exc}") from None
+
+        def array(value: Any) -> np.ndarray:
+            a = np.asarray(value, dtype=np.float64)
+            if not np.all(np.isfinite(a)):
+                raise ValueError("must hold finite numbers.")
+            return a
+
+        att = field("attractors", array)
+        if att.ndim != 2 or att.shape[0] < 1 or att.shape[1] < 1:
             raise ValueError("not a saved synopsis: attractors must be a finite (k, d) "
-                             "array with k >= 1 and one count each.")
-        return out
+                             f"array with k >= 1; got shape {att.shape}.")
+        k, d = att.shape
+        params = data["params"]
+        if not isinstance(params, dict):
+            raise ValueError("not a saved synopsis: field 'params' must be an object.")
+        counts = field("counts", array)
+        if counts.shape != (k,) or not np.all(counts == np.rint(counts)):
+            raise ValueError(f"not a saved synopsis: counts must be {k} integers, one per "
+                             f"attractor; got shape {counts.shape}.")
+        if np.any(counts < 0) and k > 1 and params.get("keep_seeds") is not True:
+            raise ValueError(
+                "not a saved synopsis: counts must be >= 0: every kept cell passed a "
+                "noisy-count threshold >= 0 (only a synopsis made with keep_seeds=True, or "
+                "of one attractor, may hold a negative noisy count).")
+        pts = {}
+        for name in ("seeds", "endpoints"):
+            a = field(name, array)
+            if a.size == 0:
+                a = a.reshape(0, d)
+            if a.ndim != 2 or a.shape[1] != d:
+                raise ValueError(f"not a saved synopsis: {name} must be an (S, {d}) array "
+                                 f"(the attractors' dimension); got shape {a.shape}.")
+            pts[name] = a
+        if pts["endpoints"].shape[0] not in (0, pts["seeds"].shape[0]):
+            raise ValueError("not a saved synopsis: endpoints must be empty or one per "
+                             "seed.")
+        return cls(
+            att, counts.astype(np.int64),
+            field("radius", lambda v: check_positive("radius", v)),
+            pts["seeds"], pts["endpoints"],
+            field("epsilon", lambda v: check_positive("epsilon", v)),
+            field("delta", lambda v: check_delta(v)),
+            field("seed_epsilon", lambda v: check_nonnegative("seed_epsilon", v)),
+            field("seed_delta", lambda v: 0.0 if v == 0 else check_delta(v, "seed_delta")),
+            field("cell_rho", lambda v: check_positive("cell_rho", v)),
+            dict(params))
 
     @classmethod
     def from_json(cls, text: str) -> Synopsis:
-        return cls.from_dict(json.loads(text))
+        """:meth:`from_dict` of a JSON text (strict: no NaN or ∞)."""
+        if not isinstance(text, str | bytes | bytearray):
+            raise TypeError(f"from_json takes the JSON text; got {type(text).__name__}.")
+
+        def constant(name: str) -> Any:
+            raise ValueError(f"the non-standard number {name}")
+
+        try:
+            data = json.loads(text, parse_constant=constant)
+        except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+            raise ValueError(f"not a saved synopsis: not valid JSON ({exc}).") from None
+        return cls.from_dict(data)
 
     def summary(self) -> str:
         p = self.params

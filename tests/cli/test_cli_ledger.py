@@ -200,6 +200,26 @@ def test_count_release_composition_is_stated_where_finite(files, capsys):
     assert "the deltas add" in out
 
 
+def test_ledger_backup_copies_a_ledger_in_use(files, capsys):
+    """``brace ledger backup``: a consistent copy while a PrivateMemory holds the ledger
+    (the WAL not yet checkpointed), verified; an existing target is refused."""
+    from brace import PrivateMemory
+
+    tmp, X, q = files
+    led = tmp / "ledger.db"
+    assert _init(tmp, led) == 0
+    pm = PrivateMemory(X, radius=0.8, budget=(6.0, 1e-5), ledger=led)
+    pm.retrieve(q, steps=2, epsilon=1.0, delta=1e-6, seed=0)
+    capsys.readouterr()
+    assert main(["ledger", "backup", str(led), str(tmp / "copy.db")]) == 0
+    out = capsys.readouterr().out
+    assert "1 release(s), verified" in out and f"{pm.spent:.6g}" in out
+    assert read_ledger(tmp / "copy.db").releases == read_ledger(led).releases
+    assert main(["ledger", "backup", str(led), str(tmp / "copy.db")]) == 2
+    assert "already exists" in capsys.readouterr().err
+    pm.close()
+
+
 def test_ledger_show_reports_damage(files, capsys):
     tmp, X, q = files
     (tmp / "bad.db").write_bytes(b"\x00garbage" * 20)

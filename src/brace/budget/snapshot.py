@@ -15,9 +15,11 @@ import numpy as np
 from .. import accounting as acc_events
 from .. import ledger as _ledger
 from .._validation import (
+    check_bool,
     check_delta,
     check_epsilon,
     check_int_at_least,
+    check_nonnegative,
     check_steps,
     rng_and_record,
 )
@@ -112,6 +114,9 @@ class Snapshots:
         T = 0 if isinstance(steps, int) and not isinstance(steps, bool) and steps == 0 \
             else check_steps(steps)
         R = check_int_at_least("rounds", rounds, 1)
+        check_bool("keep_seeds", keep_seeds)
+        if min_count is not None:  # a NaN threshold would drop every cell but the largest
+            min_count = check_nonnegative("min_count", min_count)
         S = public_seeds(seeds, self._dim, self.radius, bounds=bounds,
                          public_seed=public_seed)
         share = float(cell_share)

@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import ledger as _ledger
 from ..accounting import PrivacySpent
-from ..accounting.filter import K
+from ..accounting.filter import FootprintIndex, K
 from ..ledger_state import weights
 from ..mechanisms import DIAGNOSTIC_FIELDS, PrivateRetrievalResult
 
@@ -59,7 +59,14 @@ class LedgerSync:
             self._sync()
 
     def _sync(self) -> None:
-        """Read the releases other processes recorded since the last look."""
+        """Read the releases other processes recorded since the last look. After a
+        transaction of this object was rolled back (its rows were absorbed before the
+        commit failed), everything is read afresh."""
+        if self._db.rolled_back:
+            self._db.rolled_back = False
+            self._index = FootprintIndex(self._dim)
+            self._rows, self._keys, self._worst_cache = [], {}, None
+            self._last_id, self._last_mac = 0, ""
         rows = self._db.read_since(self._last_id, self._last_mac)
         if not rows:
             return

@@ -1,6 +1,6 @@
-"""``brace ledger init | show | migrate``: create a privacy ledger for a bank, show a
-ledger (or what a saved release spends), migrate a JSON ledger of an earlier version
-(docs/ledger.md)."""
+"""``brace ledger init | show | backup | migrate``: create a privacy ledger for a bank,
+show a ledger (or what a saved release spends), copy a live ledger safely, migrate a JSON
+ledger of an earlier version (docs/ledger.md)."""
 
 from __future__ import annotations
 
@@ -8,18 +8,30 @@ import argparse
 
 from ._args import finite_float
 
-__all__ = ["add_parser", "run_init", "run_show", "run_migrate"]
+__all__ = ["add_parser", "run_init", "run_show", "run_backup", "run_migrate"]
+
+
+def _count(text: str) -> int:
+    """A whole number >= 0 (``--last``)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0: {text!r}")
+    return v
 
 
 def add_parser(sub) -> None:
     """Register ``brace ledger``."""
     p = sub.add_parser(
         "ledger",
-        help="create, show or migrate a privacy ledger",
+        help="create, show, back up or migrate a privacy ledger",
         description="A privacy ledger (SQLite) records every release from one bank and "
         "enforces its total budget (docs/ledger.md). 'init' creates one for a bank; "
-        "'show' prints a ledger (or what a saved release spends); 'migrate' converts a "
-        "JSON ledger of an earlier version.",
+        "'show' prints a ledger (or what a saved release spends); 'backup' copies a "
+        "ledger safely, also while it is in use; 'migrate' converts a JSON ledger of an "
+        "earlier version.",
     )
     lsub = p.add_subparsers(dest="ledger_command", metavar="ACTION", parser_class=type(p))
     lsub.required = True
@@ -37,9 +49,19 @@ def add_parser(sub) -> None:
     show.add_argument("--ledger", default=None,
                       help="with a saved release: the ledger to compare it with (read "
                       "only; default: none)")
-    show.add_argument("--last", type=int, default=20, help="releases listed (most recent)")
+    show.add_argument("--last", type=_count, default=20,
+                      help="releases listed (most recent; 0: none)")
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(func=run_show)
+    bak = lsub.add_parser(
+        "backup", help="copy a ledger safely, also while it is in use",
+        description="Copy a ledger with SQLite's online backup API: one consistent "
+        "snapshot even while other processes record releases, verified, written to a new "
+        "file atomically. A plain file copy of a live ledger can miss its last releases "
+        "(docs/ledger.md, 'Copying a ledger safely'). Keyed ledgers: $BRACE_LEDGER_KEY.")
+    bak.add_argument("source", help="the ledger to copy")
+    bak.add_argument("target", help="the copy (a new file; must not exist)")
+    bak.set_defaults(func=run_backup)
     mig = lsub.add_parser("migrate", help="convert a JSON ledger (brace-ledger/1) to SQLite")
     mig.add_argument("source", help="the JSON ledger")
     mig.add_argument("target", help="the new ledger file (must not exist)")
@@ -60,6 +82,19 @@ def run_init(args: argparse.Namespace) -> int:
           f"{args.budget_delta:g}); filter orders "
           + ", ".join(f"{o:.4g}" for o in f.to_dict()["orders"])
           + f", direct delta share {f.delta_direct:g}")
+    return 0
+
+
+def run_backup(args: argparse.Namespace) -> int:
+    """Carry out ``brace ledger backup``."""
+    from ..budget import inspect_ledger
+    from ..ledger import backup_ledger
+
+    n = backup_ledger(args.source, args.target)
+    state = inspect_ledger(args.target)
+    print(f"copied ledger {args.source} to {args.target}: {n} release(s), verified; spent "
+          f"eps = {state.spent_local:.6g} (local) of {state.budget_epsilon:g} at delta = "
+          f"{state.budget_delta:g}")
     return 0
 
 

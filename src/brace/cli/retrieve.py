@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     if args.ledger is not None:
         from ..ledger import Ledger
 
-        db = Ledger.open(args.ledger, timeout=args.lock_timeout)
+        db = Ledger.open(args.ledger, timeout=args.lock_timeout, write=False)
         budget = (db.meta["budget"]["epsilon"], db.meta["budget"]["delta"])
         db.close()
     elif args.fresh:

@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
             from ..budget import PrivateMemory
             from ..ledger import Ledger
 
-            db = Ledger.open(args.ledger)
+            db = Ledger.open(args.ledger, write=False)
             budget = (db.meta["budget"]["epsilon"], db.meta["budget"]["delta"])
             db.close()
             with PrivateMemory(bank, radius=mem.radius_, budget=budget,

@@ -93,6 +93,9 @@ def validate_torch(bank: Any) -> _BankState:
             "The memory does not copy a torch bank: convert it on its device first "
             "(bank.to(torch.float32))."
         )
+    if bank.device.type == "meta":
+        raise ValueError("a torch bank on the 'meta' device holds no data (only a shape): "
+                         "materialise it on a real device (cpu, cuda, …) first.")
     _check_shape(tuple(bank.shape))
     X = bank.detach()  # no autograd graph; shares the storage
     n, d = (int(s) for s in X.shape)
