@@ -134,3 +134,34 @@ def test_diffprivlib_kmeans():
     assert np.all(_match(a) < 1.0), a
     with pytest.raises(ValueError, match="bounds"):
         peers_dp.diffprivlib_kmeans(X, 2, epsilon=1.0, bounds=(1.0, -1.0))
+
+
+def test_nopublic_harness_registry_and_scores():
+    """bench_peers_nopublic: every registered method runs on a tiny bank through the one
+    signature, and the per-centre completion score equals the per-query one."""
+    pytest.importorskip("sklearn")
+    import bench_peers_nopublic as bn
+
+    X = _two_clusters(n=60)
+    y = np.repeat([0, 1], 60)
+    bank = bn.Bank(X, y, TRUE.copy())
+    dom = bn.Domain("toy", np.full(2, -6.0), np.full(2, 6.0), 2)
+    for name, fn in bn.METHODS.items():
+        if name == "diffprivlib" and not bn_have_diffprivlib():
+            continue
+        C = bn._centres_of(fn(bank, dom, 4.0, 1e-5, 0))
+        assert C.ndim == 2 and C.shape[1] == 2 and C.shape[0] >= 1, name
+        assert set(bn.score(bank, C)) == {"ari", "nmi", "k"}
+    wl = bn.make_workload(bank, dom, 0)
+    C = bn.m_kmeans(bank, dom, 1.0, 1e-5, 0)
+    fast = bn.completion_accuracy(bank, wl, *bn._complete(C, wl.queries))
+    slow = bn.completion_accuracy(bank, wl, bn._complete(C, wl.queries)[0])
+    assert fast == slow and fast > 0.9
+
+
+def bn_have_diffprivlib() -> bool:
+    try:
+        import diffprivlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
