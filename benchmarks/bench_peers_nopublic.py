@@ -89,7 +89,7 @@ DELTA = 1e-5
 EPS = {"digits": (0.25, 0.5, 1.0, 2.0, 4.0, 8.0), "mnist": (1.0, 4.0), "synthetic": (1.0, 4.0)}
 QUICK_EPS = {"digits": (0.25, 1.0, 4.0), "mnist": (1.0,), "synthetic": (1.0, 4.0)}
 SYNTH = {"n": 100_000, "d": 64, "k": 100}
-QUICK_SYNTH = {"n": 20_000, "d": 64, "k": 100}
+QUICK_SYNTH = {"n": 10_000, "d": 64, "k": 100}
 QUICK_MNIST_ROWS = 2000
 GRAMS_H = 0.1  # DP-GRAMS bandwidth / domain radius (the public rule)
 GRAMS_GRID = (0.05, 0.1, 0.2, 0.3)
@@ -484,7 +484,7 @@ def ari_table(res: dict[str, Any], metric: str = "ari") -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true",
-                   help="smoke run: 2 seeds, fewer ε, 2,000 MNIST rows, n = 2e4 synthetic")
+                   help="smoke run: 2 seeds, fewer ε, 2,000 MNIST rows, n = 1e4 synthetic")
     p.add_argument("--seeds", type=int, default=None, help="seeds (default 5; quick 2)")
     p.add_argument("--datasets", nargs="*", default=None,
                    help="digits mnist synthetic (default: all; mnist needs $BRACE_MNIST_DIR)")
