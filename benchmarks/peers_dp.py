@@ -2,7 +2,8 @@
 
 * :func:`diffprivlib_kmeans`: IBM diffprivlib's ``KMeans`` (Su et al. 2016, pure ε-DP;
   ``peers`` extra), with public ``bounds``.
-* :func:`dp_grams`: DP-GRAMS, private mean shift by per-sample clipping, written from
+* :func:`dp_grams`: DP-GRAMS, private mean shift by per-sample clipping (public, box or
+  — outside the guarantee — private-row starting points), written from
   the description in A. Bhattacharjee and A. Auddy, *Differentially Private
   Nonparametric Modal Learning with Applications to Regression and Clustering*
   (arXiv:2607.29675) and its repository https://github.com/ArkaB-DS/DP-GRAMS; no code is
@@ -156,7 +157,7 @@ def dp_grams(X: Any, *, epsilon: float, delta: float, bandwidth: float,
              sample_rate: float | None = None, clip: float = 1.0,
              init: Any = "box", bounds: tuple[Any, Any] | None = None,
              merge_radius: float | None = None, seed: int | None = None,
-             return_info: bool = False) -> Any:
+             init_seed: int | None = None, return_info: bool = False) -> Any:
     """DP-GRAMS modes ``(k, d)``: ``(epsilon, delta)``-DP mean shift (replace-one rows).
 
     After Bhattacharjee & Auddy (arXiv:2607.29675; github.com/ArkaB-DS/DP-GRAMS), who
@@ -184,12 +185,23 @@ def dp_grams(X: Any, *, epsilon: float, delta: float, bandwidth: float,
     dp-accounting's, sampling without replacement, below). ``n`` and every argument are
     public.
 
+    Starting points (``init``):
+
+    * an ``(S, d)`` array of public points (e.g. from a public split);
+    * ``"box"``: ``n_inits`` points uniform in the public ``bounds``, drawn from the
+      public seed ``init_seed`` (default: the noise stream of ``seed``) — no public data;
+    * ``"rows"``: ``n_inits`` **private rows** of ``X``, uniformly without replacement
+      (from ``init_seed``, default the noise stream): the paper's own start, a share of
+      the data (its repository's default share is 0.1). **Not covered by the guarantee**:
+      the starting points are bank rows and no budget is charged for them, so the release
+      is not ``(epsilon, delta)``-DP; benchmarks must label it so
+      (``dp_grams_private_seeds_uncharged``).
+
     Departures from the paper, all on the side of the peer's utility or of plain
-    privacy: the starting points are **public** (``init``: an ``(S, d)`` array, e.g. the
-    public split, or ``"box"``: ``n_inits`` uniform points in the public ``bounds``)
-    instead of the paper's private density-aware initialisation, so no budget is spent on
-    them; the kernel is the plain Gaussian (the paper's higher-order kernels reduce bias
-    under extra smoothness); the noise is independent across starting points (the
+    privacy: with public or box starts no budget is spent on them (the paper starts from
+    a share of the private rows, which its repository can also filter by density); the
+    kernel is the plain Gaussian (the paper's higher-order kernels reduce bias under
+    extra smoothness); the noise is independent across starting points (the
     repository correlates it through an RBF kernel). The mass and gradient are both
     privatised, so the ratio is post-processing and the clipping bounds the sensitivity
     exactly (a step normalised by the non-private ``Σ_j K_j`` would not be).
@@ -201,8 +213,9 @@ def dp_grams(X: Any, *, epsilon: float, delta: float, bandwidth: float,
 
     Defaults follow the paper: ``iters = ⌈log n⌉``, ``sample_rate = 1/log n`` (batch
     ``n/log n``). With ``return_info=True`` returns ``(modes, info)``, ``info`` a dict
-    with ``points`` (final points, before the merge), ``mass``, ``noise_multiplier``,
-    ``sigma``, ``batch``, ``iters`` and ``accountant``.
+    with ``starts`` (the starting points), ``points`` (final points, before the merge),
+    ``mass``, ``noise_multiplier``, ``sigma``, ``batch``, ``iters``, ``accountant`` and
+    ``seeds_charged`` (False for ``init="rows"``: the guarantee does not cover that run).
     """
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 2 or X.shape[0] < 2:
@@ -223,17 +236,25 @@ def dp_grams(X: Any, *, epsilon: float, delta: float, bandwidth: float,
     m = n if q == 1.0 else min(n, max(1, round(q * n)))
     rng = np.random.default_rng(seed)
 
+    g_init = rng if init_seed is None else np.random.default_rng(init_seed)
     if isinstance(init, str):
-        if init != "box":
-            raise ValueError(f"init must be an (S, d) array of public points or 'box'; "
-                             f"got {init!r}.")
-        if bounds is None or n_inits is None:
-            raise ValueError("init='box' needs public bounds=(lo, hi) and n_inits.")
-        lo = np.broadcast_to(np.asarray(bounds[0], dtype=np.float64), (d,))
-        hi = np.broadcast_to(np.asarray(bounds[1], dtype=np.float64), (d,))
-        if not np.all(hi > lo):
-            raise ValueError("bounds must satisfy lower < upper in every coordinate.")
-        P = lo + (hi - lo) * rng.random((int(n_inits), d))
+        if init not in ("box", "rows"):
+            raise ValueError(f"init must be an (S, d) array of public points, 'box' or "
+                             f"'rows'; got {init!r}.")
+        if n_inits is None or not (isinstance(n_inits, int | np.integer) and n_inits >= 1):
+            raise ValueError(f"init={init!r} needs n_inits >= 1; got {n_inits!r}.")
+        if init == "rows":
+            if n_inits > n:
+                raise ValueError(f"init='rows' needs n_inits <= n = {n}; got {n_inits}.")
+            P = X[np.sort(g_init.choice(n, size=int(n_inits), replace=False))].copy()
+        else:
+            if bounds is None:
+                raise ValueError("init='box' needs public bounds=(lo, hi).")
+            lo = np.broadcast_to(np.asarray(bounds[0], dtype=np.float64), (d,))
+            hi = np.broadcast_to(np.asarray(bounds[1], dtype=np.float64), (d,))
+            if not np.all(hi > lo):
+                raise ValueError("bounds must satisfy lower < upper in every coordinate.")
+            P = lo + (hi - lo) * g_init.random((int(n_inits), d))
     else:
         P = np.array(init, dtype=np.float64)
         if P.ndim != 2 or P.shape[1] != d or P.shape[0] < 1:
@@ -241,6 +262,7 @@ def dp_grams(X: Any, *, epsilon: float, delta: float, bandwidth: float,
         if n_inits is not None and n_inits != P.shape[0]:
             raise ValueError(f"n_inits = {n_inits} but init holds {P.shape[0]} points.")
     k = P.shape[0]
+    starts = P.copy()
 
     z = grams_noise_multiplier(epsilon, delta, iters=T, n=n, batch=m)
     sigma = 2.0 * clip * z
@@ -270,7 +292,8 @@ def dp_grams(X: Any, *, epsilon: float, delta: float, bandwidth: float,
                          order=np.argsort(-mass[kept], kind="stable"))
     if not return_info:
         return modes
-    info = {"points": P, "mass": mass, "noise_multiplier": z, "sigma": sigma, "batch": m,
-            "iters": T,
+    info = {"starts": starts, "points": P, "mass": mass, "noise_multiplier": z,
+            "sigma": sigma, "batch": m, "iters": T,
+            "seeds_charged": not (isinstance(init, str) and init == "rows"),
             "accountant": "brace RdpAccountant" if m == n else "dp-accounting RDP (SWOR)"}
     return modes, info

@@ -48,6 +48,29 @@ def test_dp_grams_public_seeds_and_noise():
     assert a.shape != b.shape or not np.allclose(a, b)  # the noise is there
 
 
+def test_dp_grams_without_public_data():
+    """Box starts from a public seed (init_seed) and the paper's private-row starts,
+    which the run reports as uncharged."""
+    X = _two_clusters()
+    kw = dict(epsilon=1e5, delta=1e-5, bandwidth=0.8, n_inits=30, iters=10, sample_rate=1.0)
+    modes, info = peers_dp.dp_grams(X, init="rows", seed=1, return_info=True, **kw)
+    assert not info["seeds_charged"]
+    assert modes.shape == (2, 2) and np.all(_match(modes) < 0.25), modes
+    _, info = peers_dp.dp_grams(X, init="box", bounds=(-6, 6), seed=1, return_info=True, **kw)
+    assert info["seeds_charged"]
+    # the box starts come from init_seed alone, whatever the noise seed
+    a = peers_dp.dp_grams(X, init="box", bounds=(-6, 6), seed=1, init_seed=9,
+                          return_info=True, **kw)[1]["starts"]
+    b = peers_dp.dp_grams(X, init="box", bounds=(-6, 6), seed=2, init_seed=9,
+                          return_info=True, **kw)[1]["starts"]
+    np.testing.assert_array_equal(a, b)
+    assert a.shape == (30, 2) and np.all(np.abs(a) <= 6)
+    with pytest.raises(ValueError, match="n_inits <= n"):
+        peers_dp.dp_grams(X[:10], init="rows", **dict(kw, n_inits=11))
+    with pytest.raises(ValueError, match="n_inits >= 1"):
+        peers_dp.dp_grams(X, init="rows", **dict(kw, n_inits=None))
+
+
 @pytest.mark.parametrize("batch", [400, 70])
 @pytest.mark.parametrize("eps", [0.25, 1.0, 4.0])
 def test_grams_noise_multiplier_is_tight(eps, batch):
@@ -111,3 +134,34 @@ def test_diffprivlib_kmeans():
     assert np.all(_match(a) < 1.0), a
     with pytest.raises(ValueError, match="bounds"):
         peers_dp.diffprivlib_kmeans(X, 2, epsilon=1.0, bounds=(1.0, -1.0))
+
+
+def test_nopublic_harness_registry_and_scores():
+    """bench_peers_nopublic: every registered method runs on a tiny bank through the one
+    signature, and the per-centre completion score equals the per-query one."""
+    pytest.importorskip("sklearn")
+    import bench_peers_nopublic as bn
+
+    X = _two_clusters(n=60)
+    y = np.repeat([0, 1], 60)
+    bank = bn.Bank(X, y, TRUE.copy())
+    dom = bn.Domain("toy", np.full(2, -6.0), np.full(2, 6.0), 2)
+    for name, fn in bn.METHODS.items():
+        if name == "diffprivlib" and not bn_have_diffprivlib():
+            continue
+        C = bn._centres_of(fn(bank, dom, 4.0, 1e-5, 0))
+        assert C.ndim == 2 and C.shape[1] == 2 and C.shape[0] >= 1, name
+        assert set(bn.score(bank, C)) == {"ari", "nmi", "k"}
+    wl = bn.make_workload(bank, dom, 0)
+    C = bn.m_kmeans(bank, dom, 1.0, 1e-5, 0)
+    fast = bn.completion_accuracy(bank, wl, *bn._complete(C, wl.queries))
+    slow = bn.completion_accuracy(bank, wl, bn._complete(C, wl.queries)[0])
+    assert fast == slow and fast > 0.9
+
+
+def bn_have_diffprivlib() -> bool:
+    try:
+        import diffprivlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
