@@ -473,17 +473,17 @@ def test_a_ledger_deleted_or_replaced_while_open_is_refused(bank, tmp_path, monk
     # deleted while the release is being computed: refused before the commit
     path.unlink()
     pm = _new(bank, path)
-    real = facade.private_retrieve
+    real = facade.run_plan
 
     def deleting(*a, **kw):
         for suffix in ("", "-wal", "-shm"):
             Path(f"{path}{suffix}").unlink()
         return real(*a, **kw)
 
-    monkeypatch.setattr(facade, "private_retrieve", deleting)
+    monkeypatch.setattr(facade, "run_plan", deleting)
     with pytest.raises(LedgerError, match="deleted or moved"):
         pm.retrieve(bank[1:2], steps=1, epsilon=1.0, delta=1e-6, seed=0)
-    monkeypatch.setattr(facade, "private_retrieve", real)
+    monkeypatch.setattr(facade, "run_plan", real)
     pm.close()
     # a rolled-back release is forgotten: the object reads its ledger afresh
     path = tmp_path / "again.db"
