@@ -435,6 +435,21 @@ class Ledger:
             with contextlib.suppress(OSError):
                 Path(os.fspath(self.path) + ".holder").unlink()
 
+    @contextlib.contextmanager
+    def read_view(self) -> Iterator[None]:
+        """One consistent snapshot for reads outside :meth:`transaction` (a deferred read
+        transaction): the metadata and releases read inside agree, whatever other
+        processes commit meanwhile. Inside a transaction: nothing more."""
+        if self._conn.in_transaction:
+            yield
+            return
+        self._conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.execute("COMMIT")
+
     def refresh_meta(self) -> None:
         """Re-read (and verify) the metadata outside a transaction."""
         self.meta = self._read_meta(self._conn, self.path, self._key)
