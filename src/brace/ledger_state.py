@@ -15,6 +15,7 @@ from . import accounting as acc_events
 from . import ledger as _ledger
 from ._validation import check_delta, check_epsilon
 from .accounting.filter import FilterSpec, FootprintIndex, K, convert, event_weights
+from .ledger_backend import ledger_class
 
 __all__ = ["LedgerState", "inspect_ledger", "migrate_json_ledger", "check_budget",
            "plural", "weights"]
@@ -122,10 +123,12 @@ def _finite(v: float) -> float | None:
 def inspect_ledger(path: str | os.PathLike, *, ledger_key: bytes | str | None = None
                    ) -> LedgerState:
     """Read and verify a ledger without its bank (:class:`LedgerState`)."""
-    db = _ledger.Ledger.open(path, key=ledger_key)
+    db = ledger_class(path).open(path, key=ledger_key)
     try:
-        rows = db.read_since(0, "")
-        meta = db.meta
+        with db.read_view():  # the head and the rows of one moment
+            db.refresh_meta()
+            rows = db.read_since(0, "")
+        meta, where = db.meta, str(db.path)  # a URL without its password
     finally:
         db.close()
     dim = int(meta["fingerprint"].get("shape", [0, 1])[1])
@@ -139,17 +142,18 @@ def inspect_ledger(path: str | os.PathLike, *, ledger_key: bytes | str | None = 
     b = meta["budget"]
     delta = float(b["delta"])
     return LedgerState(
-        str(path), dict(meta["fingerprint"]), float(b["epsilon"]), delta,
+        where, dict(meta["fingerprint"]), float(b["epsilon"]), delta,
         dict(meta["filter"]), str(meta["created"]), tuple(r.record for r in rows),
         convert(index.worst_pair(), delta), convert(index.global_weights(), delta))
 
 
 def migrate_json_ledger(source: str | os.PathLike, target: str | os.PathLike, *,
                         ledger_key: bytes | str | None = None) -> LedgerState:
-    """Migrate a JSON ledger of the earlier format (``brace-ledger/1``) to a new SQLite
-    ledger: same bank fingerprint and budget; each old release is recorded with its
-    event and footprints of infinite radius (it is charged to every row, as it was),
-    and can never be a free repeat (its outputs were not recorded)."""
+    """Migrate a JSON ledger of the earlier format (``brace-ledger/1``) to a new ledger
+    (an SQLite file or a ``postgresql://`` URL): same bank fingerprint and budget; each
+    old release is recorded with its event and footprints of infinite radius (it is
+    charged to every row, as it was), and can never be a free repeat (its outputs were
+    not recorded)."""
     old = _ledger.read_json_ledger(source)
     b = old["budget"]
     budget = check_budget((b.get("epsilon"), b.get("delta")))
@@ -157,8 +161,8 @@ def migrate_json_ledger(source: str | os.PathLike, target: str | os.PathLike, *,
     spec["orders"] = list(spec["orders"])
     fp = old["fingerprint"]
     dim = int(fp["shape"][1])
-    db = _ledger.Ledger.create(target, fingerprint=fp, budget=budget, filter_spec=spec,
-                               key=ledger_key)
+    db = ledger_class(target).create(target, fingerprint=fp, budget=budget,
+                                     filter_spec=spec, key=ledger_key)
     try:
         with db.transaction():
             for i, rec in enumerate(old["releases"], 1):
