@@ -56,7 +56,7 @@ from .ledger import (
     ledger_key_from_env,
     now,
 )
-from .ledger_backend import LedgerUnavailable, redact_url
+from .ledger_url import LedgerUnavailable, redact_url
 
 __all__ = ["PgLedger", "LedgerUnavailable"]
 
