@@ -7,8 +7,9 @@ so ``?options=-csearch_path%3Dname`` puts the tables in schema ``name``: one led
 schema).
 
 **Serialising writers.** A release runs as one transaction (``READ COMMITTED``) that
-first takes the row lock of the chain's head (``SELECT … FROM meta WHERE key = 'head'
-FOR UPDATE``, waiting at most ``timeout`` seconds: ``lock_timeout``), then reads what
+first takes the row locks of the metadata, the chain's head among them (``SELECT …
+FROM meta ORDER BY key FOR UPDATE``, waiting at most ``timeout`` seconds:
+``lock_timeout``), then reads what
 others committed, prices, computes, inserts the release, rewrites the head and commits
 — before the release is returned. Every writer of a ledger updates its head row, so
 two transactions that both write a release are serialised by that lock, whichever host
@@ -96,7 +97,8 @@ class PgLedger(Ledger):
         self._in_tx = False
         m, r = sql.Identifier(schema, "meta"), sql.Identifier(schema, "releases")
         self._sql = {
-            "lock": sql.SQL("SELECT value FROM {} WHERE key = 'head' FOR UPDATE").format(m),
+            # every meta row, locked in key order (the head among them): one round trip
+            "lock": sql.SQL("SELECT key, value FROM {} ORDER BY key FOR UPDATE").format(m),
             "meta": sql.SQL("SELECT key, value FROM {}").format(m),
             "upsert": sql.SQL("INSERT INTO {} (key, value) VALUES (%s, %s) ON CONFLICT "
                               "(key) DO UPDATE SET value = EXCLUDED.value").format(m),
@@ -312,14 +314,14 @@ class PgLedger(Ledger):
         with self._guard():
             conn = self._live()
             try:
-                conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
-                conn.execute("SELECT set_config('lock_timeout', %s, true)",
-                             (f"{max(0, round(self.timeout * 1000))}ms",))
-                head = conn.execute(self._sql["lock"]).fetchone()
-                if head is None:
+                ms = max(0, round(self.timeout * 1000))
+                conn.execute(f"BEGIN ISOLATION LEVEL READ COMMITTED; "  # one round trip
+                             f"SET LOCAL lock_timeout = '{ms}ms'")
+                rows = conn.execute(self._sql["lock"]).fetchall()
+                if not any(k == "head" for k, _ in rows):
                     raise LedgerError(f"ledger {self.path} has no chain head: it was "
                                       "edited or damaged. Restore it from a backup.")
-                self.meta = self._load_meta()
+                self.meta = Ledger._read_meta(_Rows(rows), self.path, self._key)
             except BaseException:
                 self._rollback()
                 raise
