@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
           f"{args.workers} worker(s)", file=sys.stderr, flush=True)
     common = dict(host=args.host, port=args.port, log_level=args.log_level,
                   server_header=False, proxy_headers=False, timeout_keep_alive=5,
-                  h11_max_incomplete_event_size=64 * 1024)
+                  h11_max_incomplete_event_size=16 * 1024)
     if args.workers == 1:
         configure_logging(args.log_level)
         uvicorn.run(create_app(config, service=service), **common)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import math
 import os
 import threading
@@ -35,6 +36,7 @@ __all__ = ["ServeConfig", "Service", "ServedMemory", "ReleaseFailed", "SnapshotE
            "NoSynopsis", "load_bank", "public_params"]
 
 CONFIG_ENV = "BRACE_SERVE_CONFIG"
+log = logging.getLogger("brace.serve")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,10 +251,14 @@ class Service:
         kw = {} if req.release is None else {"release": req.release}
         with pm._locked():
             pm._served_repeat = None
+            t0 = time.perf_counter()
             res = pm.retrieve(req.queries, steps=req.steps, epsilon=req.epsilon,
                               delta=req.delta, method=req.method, noise="secure", **kw)
+            spent_ms = 1e3 * (time.perf_counter() - t0)
             repeat = pm._served_repeat
             rid = repeat if repeat is not None else pm._last_id
+        log.debug("release %d%s: PrivateMemory.retrieve %.2f ms", rid,
+                  " (repeat)" if repeat is not None else "", spent_ms)
         out = res.to_dict()
         out.pop("queries", None)  # the caller's own
         out["params"] = public_params(out["params"])
