@@ -56,7 +56,10 @@ class TempPostgres:
     def __init__(self, bindir: Path, *, user: str = "brace") -> None:
         self.bindir = bindir
         self.user = user
-        self.base = Path(tempfile.mkdtemp(prefix="brace-pg-"))
+        # as root, in /tmp: the server's user must reach the directory ($TMPDIR may sit
+        # in a directory only root can enter)
+        root = os.geteuid() == 0 and os.path.isdir("/tmp")
+        self.base = Path(tempfile.mkdtemp(prefix="brace-pg-", dir="/tmp" if root else None))
         self.data = self.base / "data"
         self.socket_dir = self.base / "sock"
         self.log = self.base / "server.log"
