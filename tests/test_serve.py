@@ -395,3 +395,22 @@ def test_brace_serve_runs_a_real_server(tmp_path, bank):
         _, err = proc.communicate(timeout=30)
     assert "brace serve: bank" in err and "Traceback" not in err
     assert len(inspect_ledger(config.ledger).releases) == 1
+
+
+def test_worker_processes_are_configured_from_the_environment(tmp_path, bank, monkeypatch,
+                                                               capsys):
+    from brace.cli import main
+    from brace.serve import app_from_env
+    from brace.serve.service import CONFIG_ENV
+
+    config = _deploy(tmp_path, bank, max_queries=3)
+    assert ServeConfig.from_json(config.to_json()) == config
+    monkeypatch.setenv(CONFIG_ENV, config.to_json())
+    with TestClient(app_from_env(), raise_server_exceptions=False) as c:  # opens its own
+        r = c.post("/v1/retrieve", json={"queries": _q(bank, slice(0, 4)), "steps": 1,
+                                         "epsilon": 1.0}, headers=A)
+        assert r.status_code == 422 and "at most 3" in r.json()["message"]
+        assert c.get("/v1/budget", headers=ROOT).json()["releases"] == 0
+    monkeypatch.setattr(sys, "stdin", __import__("io").StringIO(ADMIN + "\n"))
+    assert main(["serve", "--hash-token"]) == 0
+    assert capsys.readouterr().out.strip() == hash_token(ADMIN)
