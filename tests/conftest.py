@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -39,8 +40,33 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
     if (rep.skipped and isinstance(rep.longrepr, tuple)
-            and rep.longrepr[2].removeprefix("Skipped: ") == MNIST_SKIP):
+            and rep.longrepr[2].removeprefix("Skipped: ") in (MNIST_SKIP, PG_SKIP)):
         rep.longrepr = (__file__, None, rep.longrepr[2])
+
+
+# PostgreSQL: one throw-away server per session (tests/pgserver.py), a fresh schema per
+# test; without the server binaries the tests that need it skip with one line.
+from pgserver import PG_SKIP, TempPostgres, find_binaries  # noqa: E402
+
+_SCHEMAS = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """A PostgreSQL server on a loopback port (skipped without the binaries)."""
+    pytest.importorskip("psycopg", reason="psycopg not installed (the 'serve' extra)")
+    bindir = find_binaries()
+    if bindir is None:
+        pytest.skip(PG_SKIP)
+    server = TempPostgres(bindir).start()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def pg_url(pg_server):
+    """The URL of a fresh, empty schema of the test server (one ledger)."""
+    return pg_server.new_schema(f"t{os.getpid()}_{next(_SCHEMAS)}")
 
 
 @pytest.fixture(scope="session")

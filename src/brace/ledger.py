@@ -405,11 +405,14 @@ class Ledger:
             if problem or _is_permission(exc):
                 raise LedgerError(f"cannot open ledger {p}: {problem or exc}. The file was "
                                   "not changed.") from None
-            raise LedgerError(f"{p} is not a brace ledger database: corrupt, truncated or "
-                              f"foreign ({exc}). It was not changed; restore it from a "
-                              "backup.") from None
+            raise _not_sqlite(p, exc) or LedgerError(
+                f"{p} is not a brace ledger database: corrupt, truncated or foreign "
+                f"({exc}). It was not changed; restore it from a backup.") from None
         try:
             meta = cls._read_meta(conn, p, k)
+        except LedgerError as exc:
+            conn.close()
+            raise _not_sqlite(p, exc) or exc from None
         except BaseException:
             conn.close()
             raise
@@ -565,6 +568,22 @@ class Ledger:
         finally:
             with contextlib.suppress(OSError):
                 Path(os.fspath(self.path) + ".holder").unlink()
+
+    @contextlib.contextmanager
+    def read_view(self) -> Iterator[None]:
+        """One consistent snapshot for reads outside :meth:`transaction` (a deferred read
+        transaction): the metadata and releases read inside agree, whatever other
+        processes commit meanwhile. Inside a transaction: nothing more."""
+        conn = self._live()
+        if conn.in_transaction:
+            yield
+            return
+        conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("COMMIT")
 
     def refresh_meta(self) -> None:
         """Re-read (and verify) the metadata outside a transaction."""
@@ -744,20 +763,19 @@ def _check_path(p: Path, *, must_exist: bool) -> None:
                 f"create=True) or 'brace ledger init {p}'); a mistyped path never starts "
                 "a fresh budget.")
         try:
-            with open(p, "rb") as fh:
-                head = fh.read(16)
+            size = os.stat(p).st_size
         except OSError as exc:
             raise LedgerError(f"cannot read ledger {p}: "
                               f"{_access_problem(p) or exc}. It was not changed.") from None
-        if not head:
+        if size == 0:
             raise LedgerError(f"{p} is empty: not a brace ledger (an interrupted creation "
                               "by another program?). It was not changed.")
-        if head != _SQLITE_MAGIC:
-            if head[:1] in (b"{", b"[", b" ", b"\n"):
-                raise LedgerError(
-                    f"{p} looks like a JSON ledger of an earlier version; migrate it with "
-                    f"'brace ledger migrate {p} NEW.db' (or brace.ledger.migrate_json).")
-            raise LedgerError(f"{p} is not a brace ledger database (corrupt or foreign).")
+        # The file is not read here: SQLite checks it when it is opened. Opening and
+        # closing another descriptor of a database file that SQLite holds open in this
+        # process drops all of this process's POSIX locks on it; another process closing
+        # its connection may then take the file for unused and delete its write-ahead
+        # log, with this process's later commits in it (www.sqlite.org/howtocorrupt.html
+        # §2.2). The header is read only once SQLite has refused the file (_not_sqlite).
         return
     if p.exists():
         raise LedgerError(f"ledger {p} already exists; open it (create=False) or choose "
@@ -913,6 +931,26 @@ def _publish(tmp: Path, p: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def _not_sqlite(p: Path, exc: BaseException) -> LedgerError | None:
+    """The clear error for a file that SQLite refused as not a database (``exc``): a JSON
+    ledger of an earlier version, or a foreign file; None for anything else. The header
+    is read only then, when this process holds no SQLite lock on the file."""
+    if "not a database" not in str(exc):
+        return None
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(16)
+    except OSError:
+        return None
+    if head == _SQLITE_MAGIC:
+        return None
+    if head[:1] in (b"{", b"[", b" ", b"\n"):
+        return LedgerError(
+            f"{p} looks like a JSON ledger of an earlier version; migrate it with "
+            f"'brace ledger migrate {p} NEW.db' (or brace.ledger.migrate_json).")
+    return LedgerError(f"{p} is not a brace ledger database (corrupt or foreign).")
 
 
 def _write_holder(path: Path) -> None:

@@ -15,6 +15,7 @@ from . import accounting as acc_events
 from . import ledger as _ledger
 from ._validation import check_delta, check_epsilon
 from .accounting.filter import FilterSpec, FootprintIndex, K, convert, event_weights
+from .ledger_backend import ledger_class
 
 __all__ = ["LedgerState", "inspect_ledger", "migrate_json_ledger", "check_budget",
            "plural", "weights"]
@@ -122,10 +123,12 @@ def _finite(v: float) -> float | None:
 def inspect_ledger(path: str | os.PathLike, *, ledger_key: bytes | str | None = None
                    ) -> LedgerState:
     """Read and verify a ledger without its bank (:class:`LedgerState`)."""
-    db = _ledger.Ledger.open(path, key=ledger_key, write=False)
+    db = ledger_class(path).open(path, key=ledger_key, write=False)
     try:
-        rows = db.read_since(0, "")
-        meta = db.meta
+        with db.read_view():  # the head and the rows of one moment
+            db.refresh_meta()
+            rows = db.read_since(0, "")
+        meta, where = db.meta, str(db.path)  # a URL without its password
     finally:
         db.close()
     dim = int(meta["fingerprint"].get("shape", [0, 1])[1])
@@ -139,7 +142,7 @@ def inspect_ledger(path: str | os.PathLike, *, ledger_key: bytes | str | None = 
     b = meta["budget"]
     delta = float(b["delta"])
     return LedgerState(
-        str(path), dict(meta["fingerprint"]), float(b["epsilon"]), delta,
+        where, dict(meta["fingerprint"]), float(b["epsilon"]), delta,
         dict(meta["filter"]), str(meta["created"]), tuple(r.record for r in rows),
         convert(index.worst_pair(), delta), convert(index.global_weights(), delta))
 
@@ -152,15 +155,16 @@ MAX_MIGRATED_COORDINATES = 1 << 24
 
 def migrate_json_ledger(source: str | os.PathLike, target: str | os.PathLike, *,
                         ledger_key: bytes | str | None = None) -> LedgerState:
-    """Migrate a JSON ledger of the earlier format (``brace-ledger/1``) to a new SQLite
-    ledger: same bank fingerprint and budget; each old release is recorded with its
-    event and footprints of infinite radius (it is charged to every row, as it was),
-    and can never be a free repeat (its outputs were not recorded).
+    """Migrate a JSON ledger of the earlier format (``brace-ledger/1``) to a new ledger
+    (an SQLite file or a ``postgresql://`` URL): same bank fingerprint and budget; each
+    old release is recorded with its event and footprints of infinite radius (it is
+    charged to every row, as it was), and can never be a free repeat (its outputs were
+    not recorded).
 
     Every old release is checked before anything is written (its event, and at most
     :data:`MAX_MIGRATED_COORDINATES` steps × d), and the new ledger is built in a
-    temporary file published only when complete: a failed migration leaves nothing at
-    ``target``."""
+    temporary file (SQLite) or in one transaction (PostgreSQL) published only when
+    complete: a failed migration leaves nothing at ``target``."""
     old = _ledger.read_json_ledger(source)
     b = old["budget"]
     budget = check_budget((b.get("epsilon"), b.get("delta")))
@@ -203,6 +207,15 @@ def migrate_json_ledger(source: str | os.PathLike, target: str | os.PathLike, *,
                           outputs=np.zeros((c, 1, dim)), released_counts=None,
                           centres=np.zeros((c, dim)), radii=np.full(c, math.inf))
 
-    _ledger.Ledger.create(target, fingerprint=fp, budget=budget, filter_spec=spec,
-                          key=ledger_key, fill=fill).close()
+    cls = ledger_class(target)
+    if cls is _ledger.Ledger:  # built in a temporary file, published when complete
+        cls.create(target, fingerprint=fp, budget=budget, filter_spec=spec, key=ledger_key,
+                   fill=fill).close()
+    else:  # a server ledger: created, then filled in one transaction
+        db = cls.create(target, fingerprint=fp, budget=budget, filter_spec=spec,
+                        key=ledger_key)
+        try:
+            fill(db)
+        finally:
+            db.close()
     return inspect_ledger(target, ledger_key=ledger_key)

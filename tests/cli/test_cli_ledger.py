@@ -213,7 +213,7 @@ def test_ledger_backup_copies_a_ledger_in_use(files, capsys):
     capsys.readouterr()
     assert main(["ledger", "backup", str(led), str(tmp / "copy.db")]) == 0
     out = capsys.readouterr().out
-    assert "1 release(s), verified" in out and f"{pm.spent:.6g}" in out
+    assert "1 release(s), chain verified" in out and f"{pm.spent:.6g}" in out
     assert read_ledger(tmp / "copy.db").releases == read_ledger(led).releases
     assert main(["ledger", "backup", str(led), str(tmp / "copy.db")]) == 2
     assert "already exists" in capsys.readouterr().err

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import brentq
 
+from .. import accounting as acc_events
 from ..accounting import eps_from_rho_delta
 from ..accounting.filter import ROUNDING, K, convert
 from ..footprints import reserved_radius, reserved_steps
@@ -115,17 +116,27 @@ class Admission:
         conversion of ``c`` times the query's zCDP cost at the call's δ)."""
         res_fp = reserved_steps(plan, q)
 
-        def fits(c: float) -> bool:
+        def fits(c: float, w: np.ndarray) -> bool:
             return self._filter.admits(self._worst(
-                ((res_fp.centres, res_fp.radii, reserved_w * c),), admission=True))
+                ((res_fp.centres, res_fp.radii, w * c),), admission=True))
 
-        lo, hi = 0.0, 1.0
-        for _ in range(14):
-            mid = 0.5 * (lo + hi)
-            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        def largest(w: np.ndarray) -> float:
+            lo, hi = 0.0, 1.0
+            for _ in range(14):
+                mid = 0.5 * (lo + hi)
+                lo, hi = (mid, hi) if fits(mid, w) else (lo, mid)
+            return lo
+
+        lo = largest(reserved_w)
+        if lo == 0.0 and plan.gamma > 0.0:
+            # a smooth release's weight is infinite past its largest order α_max(γ), so no
+            # share of it fits a filter whose orders lie beyond; a smaller ε would choose a
+            # smaller γ: estimate with the γ → 0 limit, the Gaussian of the same ρ
+            lo = largest(np.broadcast_to(
+                weights(acc_events.GaussianStep(plan.spent.rho_per_step)),
+                reserved_w.shape))
         if lo == 0.0:
             return 0.0
-
         rho = plan.spent.rho_per_step * plan.releases
         return eps_from_rho_delta(lo * rho, dlt)
 

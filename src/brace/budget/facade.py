@@ -30,6 +30,7 @@ from .. import ledger as _ledger
 from .._validation import check_delta, check_epsilon, check_queries, check_steps
 from ..accounting.filter import FilterSpec, FootprintIndex, convert
 from ..footprints import footprints
+from ..ledger_backend import ledger_class
 from ..ledger_state import check_budget
 from ..mechanisms import (
     DIAGNOSTIC_FIELDS,
@@ -65,10 +66,11 @@ class PrivateMemory(LedgerSync, Admission, Advice, Snapshots):
         history is ``(ε, δ)``-DP for every pair of neighbouring banks (replace one row).
     beta : float, optional
         LSR's β instead of ``radius`` (as :class:`LSRMemory`: ``r = sqrt(2/β)``).
-    ledger : path, optional
-        SQLite ledger file (``docs/ledger.md``). It persists the spend across processes
-        and restarts, is bound to this bank, radius and budget, and is written before
-        each release is returned. Without it the spend lives in this object only.
+    ledger : path or ``postgresql://`` URL, optional
+        SQLite ledger file, or a PostgreSQL ledger for processes on several hosts
+        (``docs/ledger.md``). It persists the spend across processes and restarts, is
+        bound to this bank, radius and budget, and is written before each release is
+        returned. Without it the spend lives in this object only.
     create : bool, default False
         Create the ledger (refused if the file exists). Opening a ledger that does not
         exist is an error: a mistyped path never starts a fresh budget.
@@ -134,12 +136,13 @@ class PrivateMemory(LedgerSync, Admission, Advice, Snapshots):
         if ledger is not None:
             spec = dataclasses.asdict(self._filter)
             spec["orders"] = list(spec["orders"])
+            backend = ledger_class(ledger)  # a path: SQLite; a postgresql:// URL
             if create:
-                self._db = _ledger.Ledger.create(
+                self._db = backend.create(
                     ledger, fingerprint=self._fingerprint, budget=self._budget,
                     filter_spec=spec, key=ledger_key, timeout=self._lock_timeout)
             else:
-                self._db = _ledger.Ledger.open(ledger, key=ledger_key,
+                self._db = backend.open(ledger, key=ledger_key,
                                                timeout=self._lock_timeout)
                 self._check_binding(self._db.meta)
                 self._filter = FilterSpec(self._budget[0], self._budget[1],
@@ -264,7 +267,7 @@ class PrivateMemory(LedgerSync, Admission, Advice, Snapshots):
             if self._db is None:
                 return self._admit_and_run(plan, q, T, eps, dlt, method, seed, kw, key,
                                            fresh)
-            with self._db.transaction():
+            with self._ledger_call():
                 self._check_binding(self._db.meta)
                 self._sync()
                 return self._admit_and_run(plan, q, T, eps, dlt, method, seed, kw, key,

@@ -131,7 +131,7 @@ class Snapshots:
         unit = cell_unit(rc, n)
         sens = cell_sensitivity(rc, unit, self._dim)
         rng, seed_record = rng_and_record(seed)
-        ctx = self._db.transaction() if self._db is not None else contextlib.nullcontext()
+        ctx = self._ledger_call() if self._db is not None else contextlib.nullcontext()
         with self._locked(), ctx:
             if self._db is not None:
                 self._check_binding(self._db.meta)

@@ -54,9 +54,32 @@ class LedgerSync:
 
     def _sync_outside(self) -> None:
         if self._db is not None:
-            self._db.refresh_meta()
-            self._check_binding(self._db.meta)
-            self._sync()
+            with self._db.read_view():  # the head and the rows of one moment
+                self._db.refresh_meta()
+                self._check_binding(self._db.meta)
+                self._sync()
+
+    @contextlib.contextmanager
+    def _ledger_call(self) -> Iterator[None]:
+        """The ledger's transaction. If it fails after the in-memory state took in this
+        call's release (a failed ``COMMIT``: disk full, a lost database connection), that
+        state is forgotten and re-read from the ledger on the next call, so that nothing
+        uncommitted is ever counted as recorded or answered as a repeat."""
+        n = len(self._rows)
+        try:
+            with self._db.transaction():
+                yield
+        except BaseException:
+            if len(self._rows) != n:
+                self._forget()
+            raise
+
+    def _forget(self) -> None:
+        """Drop the in-memory copy of the ledger (read again in full by the next sync)."""
+        self._index = FootprintIndex(self._dim)
+        self._rows, self._keys, self._results = [], {}, {}
+        self._last_id, self._last_mac = 0, ""
+        self._worst_cache = None
 
     def _sync(self) -> None:
         """Read the releases other processes recorded since the last look. After a

@@ -1,7 +1,8 @@
-"""Command-line interface: ``brace retrieve | plan | account | ledger | uq | audit | experiment …``.
+"""Command-line interface: ``brace retrieve | plan | account | ledger | serve | uq | audit |
+experiment …``.
 
-One module per command (``retrieve``, ``plan``, ``account``, ``ledger``, ``uq``, ``audit``,
-``experiment``),
+One module per command (``retrieve``, ``plan``, ``account``, ``ledger``, ``serve``, ``uq``,
+``audit``, ``experiment``),
 each with ``add_parser(subparsers)`` and ``run(args)``; the shared argument types and
 builders live in ``_args``. Error policy: every error is reported as one line
 ``brace: error: …`` on stderr with exit status 2; no traceback, and no partial output
@@ -18,12 +19,12 @@ import numpy as np
 
 from .._version import __version__
 from ..budget import BudgetExceededError
-from . import account, audit, experiment, ledger, plan, retrieve, uq
+from . import account, audit, experiment, ledger, plan, retrieve, serve, uq
 from ._args import HelpFormatter
 
 __all__ = ["main", "build_parser", "EXPECTED_ERRORS"]
 
-COMMANDS = (retrieve, plan, account, ledger, experiment, uq, audit)
+COMMANDS = (retrieve, plan, account, ledger, serve, experiment, uq, audit)
 
 EXPECTED_ERRORS = (ValueError, TypeError, FileNotFoundError, PermissionError, OSError,
                    BudgetExceededError)

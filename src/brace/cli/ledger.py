@@ -1,6 +1,7 @@
-"""``brace ledger init | show | backup | migrate``: create a privacy ledger for a bank,
-show a ledger (or what a saved release spends), copy a live ledger safely, migrate a JSON
-ledger of an earlier version (docs/ledger.md)."""
+"""``brace ledger init | show | migrate | backup | restore``: create a privacy ledger for
+a bank, show a ledger (or what a saved release spends), migrate a JSON ledger of an
+earlier version, copy a ledger safely, also while it is in use (a backup, or a restore)
+(docs/ledger.md). A ledger is an SQLite file or a ``postgresql://`` URL."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import argparse
 
 from ._args import finite_float
 
-__all__ = ["add_parser", "run_init", "run_show", "run_backup", "run_migrate"]
+__all__ = ["add_parser", "run_init", "run_show", "run_migrate", "run_copy"]
 
 
 def _count(text: str) -> int:
@@ -26,17 +27,19 @@ def add_parser(sub) -> None:
     """Register ``brace ledger``."""
     p = sub.add_parser(
         "ledger",
-        help="create, show, back up or migrate a privacy ledger",
-        description="A privacy ledger (SQLite) records every release from one bank and "
-        "enforces its total budget (docs/ledger.md). 'init' creates one for a bank; "
-        "'show' prints a ledger (or what a saved release spends); 'backup' copies a "
-        "ledger safely, also while it is in use; 'migrate' converts a JSON ledger of an "
-        "earlier version.",
+        help="create, show, migrate, back up or restore a privacy ledger",
+        description="A privacy ledger (an SQLite file, or a postgresql:// URL) records "
+        "every release from one bank and enforces its total budget (docs/ledger.md). "
+        "'init' creates one for a bank; 'show' prints a ledger (or what a saved release "
+        "spends); 'migrate' converts a JSON ledger of an earlier version; 'backup' and "
+        "'restore' copy a ledger into a new one of either kind, verified, also while it is "
+        "in use.",
     )
     lsub = p.add_subparsers(dest="ledger_command", metavar="ACTION", parser_class=type(p))
     lsub.required = True
     init = lsub.add_parser("init", help="create a ledger for a bank and a budget")
-    init.add_argument("file", help="new ledger file (e.g. ledger.db); must not exist")
+    init.add_argument("file", help="new ledger file (e.g. ledger.db) or postgresql:// URL; "
+                      "must not exist")
     init.add_argument("--bank", required=True, help="bank .npy/.csv (n, d)")
     init.add_argument("--radius", type=finite_float, required=True, help="support radius r")
     init.add_argument("--budget", type=finite_float, required=True,
@@ -45,7 +48,8 @@ def add_parser(sub) -> None:
                       help="delta of the total budget")
     init.set_defaults(func=run_init)
     show = lsub.add_parser("show", help="print a ledger or a saved release's spend")
-    show.add_argument("file", help="ledger .db, or a saved release .npz/.json")
+    show.add_argument("file", help="ledger .db or postgresql:// URL, or a saved release "
+                      ".npz/.json")
     show.add_argument("--ledger", default=None,
                       help="with a saved release: the ledger to compare it with (read "
                       "only; default: none)")
@@ -53,19 +57,22 @@ def add_parser(sub) -> None:
                       help="releases listed (most recent; 0: none)")
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(func=run_show)
-    bak = lsub.add_parser(
-        "backup", help="copy a ledger safely, also while it is in use",
-        description="Copy a ledger with SQLite's online backup API: one consistent "
-        "snapshot even while other processes record releases, verified, written to a new "
-        "file atomically. A plain file copy of a live ledger can miss its last releases "
-        "(docs/ledger.md, 'Copying a ledger safely'). Keyed ledgers: $BRACE_LEDGER_KEY.")
-    bak.add_argument("source", help="the ledger to copy")
-    bak.add_argument("target", help="the copy (a new file; must not exist)")
-    bak.set_defaults(func=run_backup)
-    mig = lsub.add_parser("migrate", help="convert a JSON ledger (brace-ledger/1) to SQLite")
+    mig = lsub.add_parser("migrate", help="convert a JSON ledger (brace-ledger/1) to a "
+                          "ledger file or postgresql:// URL")
     mig.add_argument("source", help="the JSON ledger")
-    mig.add_argument("target", help="the new ledger file (must not exist)")
+    mig.add_argument("target", help="the new ledger file or postgresql:// URL (must not "
+                     "exist)")
     mig.set_defaults(func=run_migrate)
+    for name, what, src_help in (
+            ("backup", "copy a ledger into a new one (a file or a postgresql:// URL), "
+             "verified; servers may keep writing", "the ledger to back up"),
+            ("restore", "copy a backup into a new ledger, verified (releases made after "
+             "the backup are not in it: docs/deploying.md)", "the backup (a ledger)")):
+        cp = lsub.add_parser(name, help=what)
+        cp.add_argument("source", help=src_help + " (file or postgresql:// URL)")
+        cp.add_argument("target", help="the new ledger (file or postgresql:// URL); must "
+                        "not exist")
+        cp.set_defaults(func=run_copy, copy_kind=name)
 
 
 def run_init(args: argparse.Namespace) -> int:
@@ -85,19 +92,6 @@ def run_init(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_backup(args: argparse.Namespace) -> int:
-    """Carry out ``brace ledger backup``."""
-    from ..budget import inspect_ledger
-    from ..ledger import backup_ledger
-
-    n = backup_ledger(args.source, args.target)
-    state = inspect_ledger(args.target)
-    print(f"copied ledger {args.source} to {args.target}: {n} release(s), verified; spent "
-          f"eps = {state.spent_local:.6g} (local) of {state.budget_epsilon:g} at delta = "
-          f"{state.budget_delta:g}")
-    return 0
-
-
 def run_migrate(args: argparse.Namespace) -> int:
     """Carry out ``brace ledger migrate``."""
     from ..budget import migrate_json_ledger
@@ -109,8 +103,35 @@ def run_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_copy(args: argparse.Namespace) -> int:
+    """Carry out ``brace ledger backup`` / ``restore``."""
+    from ..budget import inspect_ledger
+    from ..ledger import backup_ledger
+    from ..ledger_backend import is_server_url, redact_url
+    from ..ledger_copy import copy_ledger
+
+    if is_server_url(args.source) or is_server_url(args.target):
+        state = copy_ledger(args.source, args.target)  # rows, verified, either backend
+    else:  # two files: SQLite's online backup API, verified, published atomically
+        backup_ledger(args.source, args.target)
+        state = inspect_ledger(args.target)
+    src, dst = (redact_url(x) if isinstance(x, str) else x for x in (args.source, args.target))
+    print(f"{'backed up' if args.copy_kind == 'backup' else 'restored'} {src} to {dst}: "
+          f"{len(state.releases)} release(s), chain verified; spent {state.spent_local:.6g} "
+          f"of {state.budget_epsilon:g} (local accounting)")
+    if args.copy_kind == "restore":
+        print("note: releases made after this backup was taken are not in the restored "
+              "ledger; their spend is forgotten (docs/deploying.md, 'Backing up').")
+    return 0
+
+
 def _is_release(path: str) -> bool:
     from pathlib import Path
+
+    from ..ledger_backend import is_server_url
+
+    if is_server_url(path):
+        return False
 
     return Path(path).suffix.lower() in (".npz", ".json") and _json_result(path)
 

@@ -1,0 +1,449 @@
+"""The privacy ledger in PostgreSQL: one budget for server processes on several hosts.
+
+The same schema (tables ``meta`` and ``releases``), records, validation, chain and MAC
+as the SQLite ledger (:mod:`brace.ledger`, ``docs/ledger.md``); only the storage and
+the lock differ. ``ledger="postgresql://user@host:port/db"`` (psycopg 3; libpq's URL,
+so ``?options=-csearch_path%3Dname`` puts the tables in schema ``name``: one ledger per
+schema).
+
+**Serialising writers.** A release runs as one transaction (``READ COMMITTED``) that
+first takes the row locks of the metadata, the chain's head among them (``SELECT …
+FROM meta ORDER BY key FOR UPDATE``, waiting at most ``timeout`` seconds:
+``lock_timeout``), then reads what
+others committed, prices, computes, inserts the release, rewrites the head and commits
+— before the release is returned. Every writer of a ledger updates its head row, so
+two transactions that both write a release are serialised by that lock, whichever host
+they run on; in ``READ COMMITTED`` every statement after the lock sees everything
+committed before it was granted. Chosen over ``SERIALIZABLE`` with retries (a retry
+would discard a computed release and redo the computation, and under contention for one
+budget most transactions would be retried) and over an advisory lock (a number in a
+namespace shared with every other application on the database; the row lock is the
+ledger's own and also makes a hand-made ``UPDATE`` of the head wait). PostgreSQL frees
+the lock at commit, rollback, or when the connection dies (a killed process).
+
+**Durability.** Every session sets ``synchronous_commit = on`` (a commit returns after
+its WAL is flushed), and a server with ``fsync = off`` is refused: there a crash could
+lose a committed — returned — release.
+
+**Unavailable server.** A connection that fails (server down, restarting, network) is
+a :class:`LedgerUnavailable` (a :class:`~brace.ledger.LedgerError`); nothing is
+released. The next call reconnects. A commit whose acknowledgement is lost may have
+recorded a release that nobody received (safe: spent, not served).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+
+from .ledger import (
+    LEDGER_FORMAT,
+    Ledger,
+    LedgerError,
+    LedgerLockTimeout,
+    ReleaseRow,
+    _canon,
+    _digest,
+    ledger_key_from_env,
+    now,
+)
+from .ledger_url import LedgerUnavailable, redact_url
+
+__all__ = ["PgLedger", "LedgerUnavailable"]
+
+_COLUMNS = "id, time, call_key, record, outputs, counts, centres, radii, mac"
+
+
+class _Rows:
+    """Rows already fetched, offered to :meth:`Ledger._read_meta` (which validates
+    them exactly as for an SQLite ledger)."""
+
+    def __init__(self, rows: list[tuple[str, str]]) -> None:
+        self._rows = rows
+
+    def execute(self, *_: Any) -> _Rows:
+        return self
+
+    def fetchall(self) -> list[tuple[str, str]]:
+        return self._rows
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+class PgLedger(Ledger):
+    """An open PostgreSQL ledger (use :meth:`create` or :meth:`open`); the interface
+    of :class:`brace.ledger.Ledger`. ``path`` is the URL without its password."""
+
+    backend = "postgresql"
+
+    def __init__(self, url: str, conn: psycopg.Connection, schema: str,
+                 meta: dict[str, Any], key: bytes | None, timeout: float) -> None:
+        super().__init__(redact_url(url), conn, meta, key, timeout)  # type: ignore[arg-type]
+        self._url = url
+        self.schema = schema
+        self._in_tx = False
+        m, r = sql.Identifier(schema, "meta"), sql.Identifier(schema, "releases")
+        self._sql = {
+            # every meta row, locked in key order (the head among them): one round trip
+            "lock": sql.SQL("SELECT key, value FROM {} ORDER BY key FOR UPDATE").format(m),
+            "meta": sql.SQL("SELECT key, value FROM {}").format(m),
+            "upsert": sql.SQL("INSERT INTO {} (key, value) VALUES (%s, %s) ON CONFLICT "
+                              "(key) DO UPDATE SET value = EXCLUDED.value").format(m),
+            "since": sql.SQL(f"SELECT {_COLUMNS} FROM {{}} WHERE id > %s ORDER BY id"
+                             ).format(r),
+            "one": sql.SQL(f"SELECT {_COLUMNS} FROM {{}} WHERE id = %s").format(r),
+            "all": sql.SQL(f"SELECT {_COLUMNS} FROM {{}} ORDER BY id").format(r),
+            "insert": sql.SQL(f"INSERT INTO {{}} ({_COLUMNS}) VALUES "
+                              "(%s, %s, %s, %s, %s, %s, %s, %s, %s)").format(r),
+        }
+
+    # ------------------------------------------------------------------------------
+    @staticmethod
+    def _pg_connect(url: str, timeout: float) -> tuple[psycopg.Connection, str]:
+        where = redact_url(url)
+        try:
+            conn = psycopg.connect(
+                url, autocommit=True,
+                connect_timeout=max(2, min(10, math.ceil(timeout or 10))),
+                application_name=f"brace pid {os.getpid()} on {socket.gethostname()}"[:63])
+        except psycopg.OperationalError as exc:
+            raise LedgerUnavailable(
+                f"cannot reach the ledger's database {where}: {_first_line(exc)}. Nothing "
+                "was released or spent; retry when it is up.") from None
+        except psycopg.Error as exc:
+            raise LedgerError(f"ledger URL {where}: {_first_line(exc)}") from None
+        try:
+            conn.execute("SET synchronous_commit TO on")
+            fsync = conn.execute("SHOW fsync").fetchone()[0]
+            schema = conn.execute("SELECT current_schema()").fetchone()[0]
+        except psycopg.OperationalError as exc:
+            conn.close()
+            raise LedgerUnavailable(f"ledger {where}: {_first_line(exc)}") from None
+        except psycopg.Error as exc:
+            conn.close()
+            raise LedgerError(f"ledger {where}: {_first_line(exc)}") from None
+        if fsync != "on":
+            conn.close()
+            raise LedgerError(
+                f"ledger {where}: the PostgreSQL server runs with fsync = {fsync}: a crash "
+                "could lose a committed release that was already returned. A ledger "
+                "needs fsync = on.")
+        if schema is None:
+            conn.close()
+            raise LedgerError(
+                f"ledger {where}: no schema of the search_path exists (a schema named in "
+                "options=-csearch_path=... must be created first: CREATE SCHEMA name).")
+        return conn, schema
+
+    def _tables(self) -> int:
+        return self._conn.execute(
+            "SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = %s AND "
+            "tablename IN ('meta', 'releases')", (self.schema,)).fetchone()[0]
+
+    @classmethod
+    def create(cls, path: str, *, fingerprint: dict[str, Any],  # type: ignore[override]
+               budget: tuple[float, float], filter_spec: dict[str, Any],
+               key: bytes | str | None = None, timeout: float = 10.0) -> PgLedger:
+        """Create a new, empty ledger in the URL's schema; refuses one that holds a
+        ledger (or a table named ``meta`` or ``releases``)."""
+        from ._version import __version__
+
+        k = ledger_key_from_env(key)
+        conn, schema = cls._pg_connect(path, timeout)
+        meta = {
+            "format": LEDGER_FORMAT,
+            "brace_version": __version__,
+            "created": now(),
+            "fingerprint": fingerprint,
+            "budget": {"epsilon": float(budget[0]), "delta": float(budget[1])},
+            "filter": filter_spec,
+            "mac": "hmac-sha256" if k else "sha256",
+            "head": {"count": 0, "mac": ""},
+        }
+        db = cls(path, conn, schema, meta, k, timeout)
+        try:
+            with db._guard(), db._exists_as_error():
+                with conn.transaction():
+                    if db._tables():
+                        raise LedgerError(
+                            f"ledger {db.path} already exists (schema {schema!r} holds "
+                            "a table meta or releases); open it (create=False) or choose "
+                            "another database or schema.")
+                    db._create_tables()
+                    db._store_meta(meta)
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    @contextlib.contextmanager
+    def _exists_as_error(self) -> Iterator[None]:
+        """A concurrent creation of the same tables is the 'already exists' error."""
+        try:
+            yield
+        except (pg_errors.DuplicateTable, pg_errors.UniqueViolation):
+            raise LedgerError(f"ledger {self.path} already exists (created concurrently); "
+                              "open it (create=False).") from None
+
+    def _create_tables(self) -> None:
+        s = sql.Identifier(self.schema)
+        self._conn.execute(sql.SQL(
+            "CREATE TABLE {}.meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)").format(s))
+        self._conn.execute(sql.SQL(
+            "CREATE TABLE {}.releases (id BIGINT PRIMARY KEY, time TEXT NOT NULL, "
+            "call_key TEXT NOT NULL, record TEXT NOT NULL, outputs BYTEA NOT NULL, "
+            "counts BYTEA, centres BYTEA NOT NULL, radii BYTEA NOT NULL, "
+            "mac TEXT NOT NULL)").format(s))
+        self._conn.execute(sql.SQL(
+            "CREATE INDEX releases_call_key ON {}.releases (call_key)").format(s))
+
+    @classmethod
+    def open(cls, path: str, *, key: bytes | str | None = None,  # type: ignore[override]
+             timeout: float = 10.0, write: bool = True) -> PgLedger:
+        """Open an existing ledger and verify its metadata (``write`` is accepted for the
+        SQLite ledger's signature: reads never write a server ledger)."""
+        k = ledger_key_from_env(key)
+        conn, schema = cls._pg_connect(path, timeout)
+        db = cls(path, conn, schema, {"head": {"count": 0, "mac": ""}}, k, timeout)
+        try:
+            with db._guard():
+                if db._tables() != 2:
+                    raise LedgerError(
+                        f"ledger {db.path} does not exist (schema {schema!r} holds no "
+                        f"brace ledger). Create it explicitly (PrivateMemory(..., "
+                        f"create=True) or 'brace ledger init URL'); a mistyped URL never "
+                        "starts a fresh budget.")
+                db.meta = db._load_meta()
+        except BaseException:
+            db.close()
+            raise
+        db._head = db.meta["head"]
+        return db
+
+    def close(self) -> None:
+        with contextlib.suppress(psycopg.Error):
+            self._conn.close()
+
+    # ------------------------------------------------------------------------------
+    def _error(self, exc: BaseException) -> LedgerError:
+        """A database error as the ledger's error type."""
+        if isinstance(exc, pg_errors.LockNotAvailable):
+            return LedgerLockTimeout(
+                f"could not lock ledger {self.path} within {self.timeout:g} s: "
+                f"{self._holders()}. Nothing was released or spent; retry later or raise "
+                "lock_timeout.")
+        if isinstance(exc, psycopg.OperationalError) or self._conn.broken:
+            return LedgerUnavailable(
+                f"lost the connection to the ledger's database {self.path}: "
+                f"{_first_line(exc)}. Nothing was returned; retry when it is up.")
+        return LedgerError(f"ledger {self.path}: {_first_line(exc)}")
+
+    @contextlib.contextmanager
+    def _guard(self) -> Iterator[None]:
+        """Database errors inside become ledger errors."""
+        try:
+            yield
+        except LedgerError:
+            raise
+        except psycopg.Error as exc:
+            raise self._error(exc) from None
+
+    def _holders(self) -> str:
+        """Who may hold the ledger's lock: the other brace sessions in a transaction."""
+        with contextlib.suppress(psycopg.Error):
+            self._rollback()
+            rows = self._conn.execute(
+                "SELECT application_name, xact_start FROM pg_catalog.pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() AND "
+                "xact_start IS NOT NULL AND application_name LIKE 'brace%%' "
+                "ORDER BY xact_start").fetchall()
+            if rows:
+                return "held by one of: " + "; ".join(
+                    f"{name} (in a transaction since {start:%Y-%m-%d %H:%M:%S})"
+                    for name, start in rows)
+        return "another session holds its write lock"
+
+    def _live(self) -> psycopg.Connection:
+        """The connection, reopened if the last one was lost."""
+        if self._conn.closed or self._conn.broken:
+            with contextlib.suppress(psycopg.Error):
+                self._conn.close()
+            conn, schema = self._pg_connect(self._url, self.timeout)
+            if schema != self.schema:
+                conn.close()
+                raise LedgerError(f"ledger {self.path}: the URL now names schema "
+                                  f"{schema!r}, not {self.schema!r}.")
+            self._conn = conn
+        return self._conn
+
+    def _rollback(self) -> None:
+        if not (self._conn.closed or self._conn.broken):
+            with contextlib.suppress(psycopg.Error):
+                self._conn.execute("ROLLBACK")
+
+    def _load_meta(self) -> dict[str, Any]:
+        rows = self._conn.execute(self._sql["meta"]).fetchall()
+        return Ledger._read_meta(_Rows(rows), self.path, self._key)  # the same checks
+
+    def _store_meta(self, meta: dict[str, Any]) -> None:
+        body = {k: v for k, v in meta.items() if k != "meta_mac"}
+        mac = _digest(self._key, b"meta", _canon(body))
+        with self._conn.cursor() as cur:
+            cur.executemany(self._sql["upsert"],
+                            [(k, json.dumps(v, allow_nan=False))
+                             for k, v in {**body, "meta_mac": mac}.items()])
+
+    # ------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """``BEGIN`` and the head's row lock … ``COMMIT`` (rolled back on any error).
+        Waits at most ``timeout`` seconds for the lock (0: no limit), then raises
+        :class:`LedgerLockTimeout`."""
+        with self._guard():
+            conn = self._live()
+            try:
+                ms = max(0, round(self.timeout * 1000))
+                conn.execute(f"BEGIN ISOLATION LEVEL READ COMMITTED; "  # one round trip
+                             f"SET LOCAL lock_timeout = '{ms}ms'")
+                rows = conn.execute(self._sql["lock"]).fetchall()
+                if not any(k == "head" for k, _ in rows):
+                    raise LedgerError(f"ledger {self.path} has no chain head: it was "
+                                      "edited or damaged. Restore it from a backup.")
+                self.meta = Ledger._read_meta(_Rows(rows), self.path, self._key)
+            except BaseException:
+                self._rollback()
+                raise
+        self._in_tx = True
+        try:
+            yield
+            with self._guard():
+                conn.execute("COMMIT")
+        except BaseException as exc:
+            self._rollback()
+            self.meta["head"] = self._head
+            if isinstance(exc, psycopg.Error):
+                raise self._error(exc) from None
+            raise
+        finally:
+            self._in_tx = False
+
+    @contextlib.contextmanager
+    def read_view(self) -> Iterator[None]:
+        """One consistent snapshot (``REPEATABLE READ``, read only) for reads outside
+        :meth:`transaction`: the metadata and releases read inside agree, whatever
+        other sessions commit meanwhile. Inside a transaction: nothing more."""
+        if self._in_tx:
+            yield
+            return
+        with self._guard():
+            conn = self._live()
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        self._in_tx = True
+        try:
+            yield
+        finally:
+            self._in_tx = False
+            self._rollback()
+
+    def refresh_meta(self) -> None:
+        """Re-read (and verify) the metadata outside a transaction."""
+        with self._guard():
+            self._live()
+            self.meta = self._load_meta()
+
+    def read_since(self, after: int, prev_mac: str) -> list[ReleaseRow]:
+        """As :meth:`brace.ledger.Ledger.read_since`: releases with ``id > after``,
+        verified along the chain from ``prev_mac`` to the head in the metadata."""
+        with self._guard():
+            rows = self._conn.execute(self._sql["since"], (int(after),)).fetchall()
+        return self._verify_chain(rows, after, prev_mac)
+
+    def _verify_chain(self, rows: list[tuple], after: int, prev_mac: str
+                      ) -> list[ReleaseRow]:
+        head = self.meta["head"]
+        out: list[ReleaseRow] = []
+        mac, expect = prev_mac, after + 1
+        for row in rows:
+            if row[0] != expect:
+                raise LedgerError(
+                    f"ledger {self.path}: release {expect} is missing (found {row[0]}): a "
+                    "record was deleted. It was not changed; restore it from a backup.")
+            mac = self._verify_row(row, mac)
+            out.append(self._parse_row(row))
+            expect += 1
+        if expect - 1 != head["count"] or mac != head["mac"]:
+            raise LedgerError(
+                f"ledger {self.path} fails its integrity check: it holds {expect - 1} "
+                f"release(s) but its head says {head['count']}"
+                + ("" if expect - 1 != head["count"] else " (a record was edited)")
+                + ". It was not changed; restore it from a backup.")
+        self._head = dict(head)
+        return out
+
+    def append(self, *, call_key: str, record: dict[str, Any], outputs: np.ndarray,
+               released_counts: np.ndarray | None, centres: np.ndarray,
+               radii: np.ndarray) -> ReleaseRow:
+        """Insert one release (inside :meth:`transaction`) and advance the head."""
+        if not self._in_tx:
+            raise LedgerError("PgLedger.append must run inside transaction().")
+        head = self.meta["head"]
+        rid = int(head["count"]) + 1
+        t = now()
+        rec = json.dumps(record, sort_keys=True, allow_nan=False)
+        ob = np.ascontiguousarray(outputs, dtype=np.float64).tobytes()
+        cb = None if released_counts is None else np.ascontiguousarray(
+            released_counts, dtype=np.int64).tobytes()
+        ctb = np.ascontiguousarray(centres, dtype=np.float64).tobytes()
+        rb = np.ascontiguousarray(radii, dtype=np.float64).tobytes()
+        mac = self._row_mac(str(head["mac"]), rid, t, call_key, rec, ob, cb, ctb, rb)
+        with self._guard():
+            self._conn.execute(self._sql["insert"],
+                               (rid, t, call_key, rec, ob, cb, ctb, rb, mac))
+            meta = {**self.meta, "head": {"count": rid, "mac": mac}}
+            self._store_meta(meta)
+        self.meta = meta
+        return ReleaseRow(rid, t, call_key, json.loads(rec), np.asarray(outputs, np.float64),
+                          released_counts, np.asarray(centres, np.float64),
+                          np.asarray(radii, np.float64))
+
+    def arrays(self, rid: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """The released outputs and noisy counts of release ``rid``, validated."""
+        with self._guard():
+            row = self._conn.execute(self._sql["one"], (int(rid),)).fetchone()
+        if row is None:
+            raise LedgerError(f"ledger {self.path}: release {rid} is missing.")
+        parsed = self._parse_row(row)
+        return parsed.outputs, parsed.released_counts
+
+    # ------------------------------------------------------------------------------
+    # raw rows, for copies (brace.ledger_copy)
+    def raw_rows(self) -> list[tuple]:
+        """Every release row as stored (inside :meth:`read_view`)."""
+        with self._guard():
+            return [tuple(bytes(v) if isinstance(v, memoryview) else v for v in row)
+                    for row in self._conn.execute(self._sql["all"]).fetchall()]
+
+    def insert_raw(self, rows: list[tuple], meta: dict[str, Any]) -> None:
+        """Insert release rows as stored elsewhere and the metadata that heads them
+        (inside :meth:`transaction` of a new, empty ledger)."""
+        if not self._in_tx:
+            raise LedgerError("PgLedger.insert_raw must run inside transaction().")
+        with self._guard(), self._conn.cursor() as cur:
+            cur.executemany(self._sql["insert"], rows)
+            self._store_meta(meta)
+        self.meta = meta
+
+

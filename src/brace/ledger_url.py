@@ -1,0 +1,45 @@
+"""Ledger URLs: recognising a ``postgresql://`` URL, showing one without its password,
+and the error of a database server that cannot be reached (no database driver needed;
+:mod:`brace.ledger_backend` dispatches, :mod:`brace.ledger_pg` is the backend)."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from .ledger import LedgerError
+
+__all__ = ["URL_SCHEMES", "LedgerUnavailable", "is_server_url", "redact_url"]
+
+URL_SCHEMES = ("postgresql://", "postgres://")
+
+
+class LedgerUnavailable(LedgerError):
+    """The ledger's database server could not be reached or dropped the connection
+    (down, restarting, network). Nothing was returned; retry later."""
+
+
+def is_server_url(location: Any) -> bool:
+    """True for a ``postgresql://`` (or ``postgres://``) URL given as a string."""
+    return isinstance(location, str) and location.lower().startswith(URL_SCHEMES)
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password (in the authority or a ``password=`` parameter) replaced
+    by ``***``: what messages, logs and ``PrivateMemory.ledger`` show."""
+    try:
+        parts = urlsplit(url)
+        pairs = parse_qsl(parts.query, keep_blank_values=True)
+        in_query = any(k.lower() == "password" for k, _ in pairs)
+        if parts.password is None and not in_query:
+            return url
+        netloc = parts.netloc
+        if parts.password is not None:
+            userinfo, _, hostport = netloc.rpartition("@")
+            user = userinfo.split(":", 1)[0]
+            netloc = f"{user}:***@{hostport}"
+        query = parts.query if not in_query else \
+            urlencode([(k, "***" if k.lower() == "password" else v) for k, v in pairs])
+        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    except ValueError:
+        return "postgresql://(unparsable URL)"

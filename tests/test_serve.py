@@ -1,0 +1,416 @@
+"""``brace serve`` (docs/deploying.md): keys and roles, every route, the budget's 409 and
+the library's 422, hostile requests (always a 4xx with a clear message, never a 500
+or a traceback), no seed or diagnostics in any response, free repeats served from the
+ledger, errors that say nothing after admission, a foreign ledger refused, and one real
+server process. In process through Starlette's test client; the PostgreSQL case on the
+throw-away server of ``conftest.py``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("starlette", reason="starlette not installed (the 'serve' extra)")
+pytest.importorskip("httpx2", reason="httpx2 not installed (the 'serve' extra)")
+
+from starlette.testclient import TestClient  # noqa: E402
+
+from brace import PrivateMemory  # noqa: E402
+from brace.budget import inspect_ledger  # noqa: E402
+from brace.ledger import LedgerError  # noqa: E402
+from brace.ledger_backend import ledger_class  # noqa: E402
+from brace.mechanisms import DIAGNOSTIC_FIELDS  # noqa: E402
+from brace.serve import Limits, ServeConfig, Service, create_app, hash_token, load_keys  # noqa: E402
+
+ANALYST = "analyst-token-0123456789abcdef"
+ADMIN = "admin-token-0123456789abcdefgh"
+A = {"Authorization": f"Bearer {ANALYST}"}
+ROOT = {"Authorization": f"Bearer {ADMIN}"}
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+@pytest.fixture(scope="module")
+def bank():
+    return np.random.default_rng(0).normal(size=(300, 4))
+
+
+def _keys(path: Path) -> Path:
+    path.write_text(f"# test keys\nalice:{ANALYST}:analyst\n\nroot:{hash_token(ADMIN)}:admin\n")
+    path.chmod(0o600)
+    return path
+
+
+def _deploy(tmp_path, bank, ledger=None, budget=8.0, **limits):
+    np.save(tmp_path / "bank.npy", bank)
+    ledger = ledger or str(tmp_path / "ledger.db")
+    PrivateMemory(bank, radius=1.5, budget=(budget, 1e-5), ledger=ledger, create=True).close()
+    return ServeConfig(bank=str(tmp_path / "bank.npy"), radius=1.5, ledger=ledger,
+                       keys=str(_keys(tmp_path / "keys")), limits=Limits(**limits))
+
+
+@pytest.fixture
+def client(tmp_path, bank):
+    config = _deploy(tmp_path, bank)
+    service = Service(config)
+    with TestClient(create_app(config, service=service),
+                    raise_server_exceptions=False) as c:
+        c.service, c.config = service, config
+        yield c
+    service.close()
+
+
+def _q(bank, rows=slice(0, 1)):
+    return np.asarray(bank[rows]).tolist()
+
+
+def _walk_keys(obj):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield k
+            yield from _walk_keys(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _walk_keys(v)
+
+
+def _no_secrets(response):
+    """No seed, no diagnostics, no traceback, in any response."""
+    assert "Traceback" not in response.text
+    assert response.headers["content-type"].startswith("application/json")
+    keys = set(_walk_keys(response.json()))
+    assert not keys & {"seed", "seed_record", "seed_null_reason", "diagnostics_not_private",
+                       "clean_not_private", "clean", *DIAGNOSTIC_FIELDS}, keys
+
+
+# --------------------------------------------------------------------------------------
+def test_keys_roles_and_tokens(client, bank, tmp_path):
+    body = {"queries": _q(bank), "steps": 1, "epsilon": 1.0}
+    for headers, status in [({}, 401), ({"Authorization": "Bearer nope-" + "x" * 20}, 401),
+                            ({"Authorization": f"Basic {ANALYST}"}, 401),
+                            ({"Authorization": ANALYST}, 401), (A, 200), (ROOT, 200)]:
+        r = client.post("/v1/retrieve", json=body, headers=headers)
+        assert r.status_code == status, r.text
+        _no_secrets(r)
+    r = client.post("/v1/retrieve", json=body)
+    assert r.headers["www-authenticate"] == "Bearer" and "Authorization: Bearer" in r.text
+    r = client.post("/v1/snapshot", json={"epsilon": 1.0, "seeds": _q(bank, slice(0, 3))},
+                    headers=A)
+    assert r.status_code == 403 and "needs an admin key" in r.json()["message"]
+    assert client.get("/v1/budget").status_code == 401
+    # the keys file: clear or hashed tokens, one clear error per bad line
+    ring, warnings = load_keys(client.config.keys)
+    assert ring.names == ("alice", "root") and not warnings
+    assert ring.identify(ADMIN).role == "admin" and ring.identify(ADMIN[:-1]) is None
+    assert "digest" not in repr(ring.identify(ANALYST))
+    for text, match in [("a:short:analyst", "at least 20"), ("a:" + "t" * 24 + ":boss", "role"),
+                        ("x" * 24, "name:token:role"),
+                        (f"a:{'t' * 24}:analyst\na:{'u' * 24}:admin", "used twice"),
+                        (f"a:{'t' * 24}:analyst\nb:{'t' * 24}:admin", "already another"),
+                        ("", "no key")]:
+        (tmp_path / "bad").write_text(text)
+        with pytest.raises(ValueError, match=match):
+            load_keys(tmp_path / "bad")
+    (tmp_path / "bad").write_text(f"a:{'t' * 24}:analyst")
+    (tmp_path / "bad").chmod(0o644)
+    assert "chmod 600" in load_keys(tmp_path / "bad")[1][0]
+
+
+def test_every_route(client, bank):
+    r = client.get("/healthz")
+    assert r.status_code == 200 and r.json() == {"status": "ok", "ledger": "ok"}
+    doc = client.get("/openapi.json").json()
+    assert doc["openapi"].startswith("3.") and set(doc["paths"]) >= {
+        "/v1/retrieve", "/v1/budget", "/v1/snapshot", "/v1/synopsis", "/v1/complete",
+        "/healthz"}
+    r = client.get("/v1/budget", headers=A)
+    assert r.json() == {"spent": 0.0, "remaining": 8.0, "epsilon": 8.0, "delta": 1e-5,
+                        "releases": 0}
+    r = client.post("/v1/retrieve", json={"queries": _q(bank, slice(0, 2)), "steps": 2,
+                                          "epsilon": 1.0}, headers=A)
+    out = r.json()
+    assert r.status_code == 200 and out["release_id"] == 1 and out["repeat"] is False
+    assert np.shape(out["outputs"]) == (2, 2, 4) and out["params"]["noise"] == "secure"
+    assert out["privacy"]["epsilon"] == 1.0 and "queries" not in out
+    grid = np.asarray(out["grid"])[..., None]  # exact noise: every output on its grid
+    assert np.all(np.asarray(out["outputs"]) / grid == np.round(np.asarray(out["outputs"]) / grid))
+    r = client.post("/v1/retrieve", json={"queries": _q(bank, slice(3, 4)), "steps": 3,
+                                          "epsilon": 0.5, "delta": 1e-7, "method": "global"},
+                    headers=A)
+    assert r.status_code == 200 and r.json()["method"] == "global"
+    budget = client.get("/v1/budget", headers=A).json()
+    assert budget["releases"] == 2 and 0 < budget["spent"] < 8
+    assert budget["spent"] + budget["remaining"] == pytest.approx(8.0)
+    # the synopsis: none yet; released once by an admin; then free answers
+    for path in ("/v1/synopsis",):
+        r = client.get(path, headers=A)
+        assert r.status_code == 404 and "no synopsis" in r.json()["message"]
+    r = client.post("/v1/complete", json={"queries": _q(bank)}, headers=A)
+    assert r.status_code == 404
+    r = client.post("/v1/snapshot", json={"epsilon": 1.0, "seeds": _q(bank, slice(0, 6))},
+                    headers=ROOT)
+    assert r.status_code == 200, r.text
+    _no_secrets(r)
+    syn = r.json()
+    spent = client.get("/v1/budget", headers=A).json()["spent"]
+    r = client.post("/v1/snapshot", json={"epsilon": 1.0, "seeds": _q(bank, slice(0, 6))},
+                    headers=ROOT)
+    assert r.status_code == 409 and r.json()["error"] == "snapshot_exists"
+    assert client.get("/v1/synopsis", headers=A).json() == syn
+    for how in ("nearest", "lsr"):
+        r = client.post("/v1/complete", json={"queries": _q(bank, slice(0, 3)), "how": how},
+                        headers=A)
+        assert r.status_code == 200 and np.shape(r.json()["completions"]) == (3, 4)
+        _no_secrets(r)
+    assert client.get("/v1/budget", headers=A).json()["spent"] == spent  # free
+    r = client.post("/v1/snapshot", json={"epsilon": 0.5, "seeds": _q(bank, slice(0, 3)),
+                                          "again": True}, headers=ROOT)
+    assert r.status_code == 200 and client.get("/v1/budget", headers=A).json()["spent"] > spent
+
+
+def test_409_and_422_bodies(client, bank):
+    r = client.post("/v1/retrieve", json={"queries": _q(bank), "steps": 1, "epsilon": 500.0},
+                    headers=A)
+    body = r.json()
+    assert r.status_code == 409 and body["error"] == "budget_exceeded"
+    assert body["remaining"] == pytest.approx(8.0) and body["spent"] == 0.0
+    assert 0 < body["affordable_epsilon"] < 500 and "Nothing was released" in body["message"]
+    assert client.get("/v1/budget", headers=A).json()["releases"] == 0
+    for extra, match in [({"epsilon": -1.0}, "epsilon must be > 0"),
+                         ({"queries": [[1.0, 2.0, 3.0]]}, "dimension mismatch"),
+                         ({"method": "naive"}, "NOT differentially private"),
+                         ({"release": "fancy"}, "release must be"),
+                         ({"delta": 2.0}, "delta")]:
+        r = client.post("/v1/retrieve", json={"queries": _q(bank), "steps": 1,
+                                              "epsilon": 1.0, **extra}, headers=A)
+        assert r.status_code == 422 and r.json()["error"] == "invalid_request", r.text
+        assert match in r.json()["message"]
+        _no_secrets(r)
+
+
+HOSTILE = [
+    # (body bytes or JSON, content type, status, words of the message)
+    (b'{"queries": [[NaN, 0, 0, 0]], "steps": 1, "epsilon": 1}', None, 400, "NaN"),
+    (b'{"queries": [[0, 0, 0, 0]], "steps": 1, "epsilon": Infinity}', None, 400, "Infinity"),
+    (b'{"queries": [[1e999, 0, 0, 0]], "steps": 1, "epsilon": 1}', None, 400, "overflows"),
+    (b'{"queries": [[0, 0, 0, 0]], "steps": 1, "epsilon": 1', None, 400, "not valid JSON"),
+    (b"\xff\xfe{}", None, 400, "UTF-8"),
+    (b"[" * 200000, None, 400, "nests too deeply"),
+    (b'{"queries": [[0, 0, 0, 0]], "steps": 1, "epsilon": ' + b"9" * 5000 + b"}", None,
+     400, "not valid JSON"),
+    ({"queries": [["a", 0, 0, 0]], "steps": 1, "epsilon": 1}, None, 422, "[0][0] must be a number"),
+    ({"queries": [[True, 0, 0, 0]], "steps": 1, "epsilon": 1}, None, 422, "got a boolean"),
+    ({"queries": "0,0,0,0", "steps": 1, "epsilon": 1}, None, 422, "list of vectors"),
+    ({"queries": [], "steps": 1, "epsilon": 1}, None, 422, "an empty list"),
+    ({"queries": [[0, 0, 0, 0], [0, 0]], "steps": 1, "epsilon": 1}, None, 422, "different lengths"),
+    ({"queries": [[0, 0, 0, 0, 0]], "steps": 1, "epsilon": 1}, None, 422, "dimension mismatch"),
+    ({"queries": [[0, 0, 0, 0]], "steps": 1, "epsilon": "1"}, None, 422,
+     "'epsilon' must be a number"),
+    ({"queries": [[0, 0, 0, 0]], "steps": 1, "epsilon": -2}, None, 422, "epsilon must be > 0"),
+    ({"queries": [[0, 0, 0, 0]], "steps": 1, "epsilon": 0}, None, 422, "epsilon must be > 0"),
+    ({"queries": [[0, 0, 0, 0]], "steps": 0, "epsilon": 1}, None, 422, "'steps' must be in"),
+    ({"queries": [[0, 0, 0, 0]], "steps": 10 ** 9, "epsilon": 1}, None, 422, "'steps' must be in"),
+    ({"queries": [[0, 0, 0, 0]], "steps": 1.5, "epsilon": 1}, None, 422, "must be an integer"),
+    ({"queries": [[0, 0, 0, 0]] * 300, "steps": 1, "epsilon": 1}, None, 422, "at most 256"),
+    ({"steps": 1, "epsilon": 1}, None, 422, "missing field(s) 'queries'"),
+    ({"queries": [[0, 0, 0, 0]], "steps": 1, "epsilon": 1, "seed": 7}, None, 422,
+     "unknown field(s) 'seed'"),
+    ({"queries": [[0, 0, 0, 0]], "steps": 1, "epsilon": 1, "return_clean": True}, None, 422,
+     "unknown field(s)"),
+    ([1, 2, 3], None, 422, "must be a JSON object"),
+    ("just a string", None, 422, "must be a JSON object"),
+    ({"queries": [[0, 0, 0, 0]], "steps": 1, "epsilon": 1}, "text/plain", 415, "application/json"),
+    ({"queries": [[0, 0, 0, 0]], "steps": 1, "epsilon": 1}, "", 415, "application/json"),
+    ({"queries": [[0, 0, 0, 0]], "steps": 1, "epsilon": 1},
+     "application/x-www-form-urlencoded", 415, "application/json"),
+]
+
+
+@pytest.mark.parametrize("body,ctype,status,words", HOSTILE,
+                         ids=[f"{i}-{h[2]}" for i, h in enumerate(HOSTILE)])
+def test_hostile_requests_are_a_clear_4xx(client, body, ctype, status, words):
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    headers = {**A, "content-type": "application/json" if ctype is None else ctype}
+    r = client.post("/v1/retrieve", content=data, headers=headers)
+    assert r.status_code == status, r.text
+    assert words in r.json()["message"] and r.json()["error"]
+    _no_secrets(r)
+    assert client.get("/v1/budget", headers=A).json()["releases"] == 0
+
+
+def test_huge_bodies_and_wrong_routes(client, bank):
+    big = b'{"queries": [' + b"[0.0, 0.0, 0.0, 0.0]," * 60000 + b"[0,0,0,0]]}"
+    r = client.post("/v1/retrieve", content=big, headers={**A, "content-type":
+                                                          "application/json"})
+    assert r.status_code == 413 and "limit of 1048576 bytes" in r.json()["message"]
+
+    def chunks():  # no Content-Length: counted as it arrives
+        for _ in range(40):
+            yield b" " * 65536
+
+    r = client.post("/v1/retrieve", content=chunks(), headers={**A, "content-type":
+                                                               "application/json"})
+    assert r.status_code == 413
+    r = client.post("/v1/retrieve", content=b"{}", headers={
+        **A, "content-type": "application/json", "content-length": "-3"})
+    assert r.status_code == 400 and "Content-Length" in r.json()["message"]
+    for method, path, status in [("GET", "/v1/retrieve", 405), ("POST", "/v1/budget", 405),
+                                 ("GET", "/nowhere", 404), ("DELETE", "/v1/synopsis", 405)]:
+        r = client.request(method, path, headers=A)
+        assert r.status_code == status and r.json()["error"] in ("not_found",
+                                                                  "method_not_allowed")
+    for body, words in [({"seeds": _q(bank)}, "missing field(s) 'epsilon'"),
+                        ({"epsilon": 1.0, "seeds": [["x"]]}, "must be a number"),
+                        ({"epsilon": 1.0, "seeds": _q(bank), "rounds": 99}, "'rounds'"),
+                        ({"epsilon": 1.0, "seeds": 5}, "bounds")]:
+        r = client.post("/v1/snapshot", json=body, headers=ROOT)
+        assert r.status_code == 422 and words in r.json()["message"], r.text
+    r = client.post("/v1/complete", json={"queries": _q(bank), "how": "magic"}, headers=A)
+    assert r.status_code == 422
+
+
+def test_a_free_repeat_is_served_from_the_ledger(client, bank):
+    body = {"queries": _q(bank, slice(4, 6)), "steps": 2, "epsilon": 1.0}
+    first = client.post("/v1/retrieve", json=body, headers=A).json()
+    spent = client.get("/v1/budget", headers=A).json()
+    again = client.post("/v1/retrieve", json=body, headers=ROOT).json()
+    assert again["repeat"] is True and again["release_id"] == first["release_id"]
+    assert again["outputs"] == first["outputs"]
+    assert client.get("/v1/budget", headers=A).json() == spent
+    # every 200 is recorded, exactly once, with the outputs that were returned
+    other = client.post("/v1/retrieve", json={**body, "epsilon": 0.7}, headers=A).json()
+    db = ledger_class(client.config.ledger).open(client.config.ledger)
+    try:
+        assert db.meta["head"]["count"] == 2
+        for got in (first, other):
+            outputs, _ = db.arrays(got["release_id"])
+            assert np.array_equal(outputs, np.asarray(got["outputs"]))
+    finally:
+        db.close()
+
+
+def test_errors_after_admission_and_ledger_errors_say_nothing(client, bank, monkeypatch):
+    import brace.budget.facade as facade
+
+    def fails(*args, **kw):
+        raise ValueError("gate of 17 rows at 0.123456 (data-dependent)")
+
+    monkeypatch.setattr(facade, "run_plan", fails)
+    r = client.post("/v1/retrieve", json={"queries": _q(bank), "steps": 1, "epsilon": 1.0},
+                    headers=A)
+    assert r.status_code == 500 and r.json()["error"] == "internal"
+    assert "0.123456" not in r.text and "17 rows" not in r.text and "reference" in r.text
+    monkeypatch.undo()
+    assert client.get("/v1/budget", headers=A).json()["releases"] == 0
+    ok = client.post("/v1/retrieve", json={"queries": _q(bank), "steps": 1, "epsilon": 1.0},
+                     headers=A)
+    assert ok.status_code == 200
+    import sqlite3
+
+    conn = sqlite3.connect(client.config.ledger)  # damage the ledger under the server
+    conn.execute("UPDATE releases SET call_key = 'x' WHERE id = 1")
+    conn.commit()
+    conn.close()
+    client.service.pm._forget()  # make the server re-read (and verify) the whole ledger
+    r = client.post("/v1/retrieve", json={"queries": _q(bank, slice(2, 3)), "steps": 1,
+                                          "epsilon": 1.0}, headers=A)
+    assert r.status_code == 503 and r.json()["error"] == "ledger_error"
+    assert client.config.ledger not in r.text and "integrity" not in r.text
+    assert client.get("/healthz").status_code == 200  # the metadata is intact
+
+
+def test_a_foreign_ledger_is_refused(tmp_path, bank):
+    config = _deploy(tmp_path, bank)
+    np.save(tmp_path / "other.npy", bank[:-1])
+    with pytest.raises(LedgerError, match="another bank"):
+        Service(ServeConfig(**{**config.__dict__, "bank": str(tmp_path / "other.npy")}))
+    with pytest.raises(LedgerError, match="another bank"):
+        Service(ServeConfig(**{**config.__dict__, "radius": 1.4}))
+    from brace.cli import main
+
+    assert main(["serve", "--bank", str(tmp_path / "other.npy"), "--radius", "1.5",
+                 "--ledger", config.ledger, "--keys", config.keys, "--port", "9"]) == 2
+    assert main(["serve", "--bank", str(tmp_path / "bank.npy")]) == 2
+
+
+def test_the_service_on_a_postgresql_ledger(tmp_path, bank, pg_url):
+    config = _deploy(tmp_path, bank, ledger=pg_url)
+    with TestClient(create_app(config), raise_server_exceptions=False) as c:
+        r = c.post("/v1/retrieve", json={"queries": _q(bank), "steps": 2, "epsilon": 1.0},
+                   headers=A)
+        assert r.status_code == 200 and r.json()["release_id"] == 1
+        r = c.post("/v1/snapshot", json={"epsilon": 1.0, "seeds": _q(bank, slice(0, 5))},
+                   headers=ROOT)
+        assert r.status_code == 200
+        assert c.get("/v1/synopsis", headers=A).json() == r.json()
+        assert c.get("/v1/budget", headers=A).json()["releases"] == 3  # 1 + 2 cell rounds
+        assert c.get("/healthz").json()["ledger"] == "ok"
+    assert len(inspect_ledger(pg_url).releases) == 3
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_brace_serve_runs_a_real_server(tmp_path, bank):
+    config = _deploy(tmp_path, bank)
+    port = _free_port()
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "brace.cli", "serve", "--bank", config.bank, "--radius", "1.5",
+         "--ledger", config.ledger, "--keys", config.keys, "--port", str(port),
+         "--log-level", "warning"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/healthz", timeout=2) as resp:
+                    assert json.load(resp)["status"] == "ok"
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, \
+                    proc.communicate()[1]
+                time.sleep(0.2)
+        req = urllib.request.Request(
+            f"{url}/v1/retrieve", method="POST", headers={**A, "Content-Type":
+                                                         "application/json"},
+            data=json.dumps({"queries": _q(bank), "steps": 1, "epsilon": 1.0}).encode())
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            assert json.load(resp)["release_id"] == 1
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert "brace serve: bank" in err and "Traceback" not in err
+    assert len(inspect_ledger(config.ledger).releases) == 1
+
+
+def test_worker_processes_are_configured_from_the_environment(tmp_path, bank, monkeypatch,
+                                                               capsys):
+    from brace.cli import main
+    from brace.serve import app_from_env
+    from brace.serve.service import CONFIG_ENV
+
+    config = _deploy(tmp_path, bank, max_queries=3)
+    assert ServeConfig.from_json(config.to_json()) == config
+    monkeypatch.setenv(CONFIG_ENV, config.to_json())
+    with TestClient(app_from_env(), raise_server_exceptions=False) as c:  # opens its own
+        r = c.post("/v1/retrieve", json={"queries": _q(bank, slice(0, 4)), "steps": 1,
+                                         "epsilon": 1.0}, headers=A)
+        assert r.status_code == 422 and "at most 3" in r.json()["message"]
+        assert c.get("/v1/budget", headers=ROOT).json()["releases"] == 0
+    monkeypatch.setattr(sys, "stdin", __import__("io").StringIO(ADMIN + "\n"))
+    assert main(["serve", "--hash-token"]) == 0
+    assert capsys.readouterr().out.strip() == hash_token(ADMIN)
