@@ -197,11 +197,15 @@ def main(argv: list[str] | None = None) -> int:
         out[f"{label}_s"] = float(np.median(times))
         out[f"{label}_runs_s"] = times
         out[f"{label}_peak_rss_mib"] = pk.peak / 2**20
+        # what the call added beyond the process's RSS with the bank loaded, per bank byte
+        # (target for the torch pass with few centres: <= 0.25)
+        out[f"{label}_extra_rss_share"] = (pk.peak / 2**20 - rss0) / bank_mib
         if device is not None and device.type == "cuda":
             out[f"{label}_peak_gpu_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
         print(f"{label}: median {out[f'{label}_s']:.2f} s of {len(times)} "
               f"({', '.join(f'{t:.2f}' for t in times)}), peak RSS {pk.peak / 2**20:.0f} MiB "
-              f"(bank {bank_mib:.0f} MiB, RSS before {rss0:.0f} MiB)", flush=True)
+              f"(bank {bank_mib:.0f} MiB, RSS before {rss0:.0f} MiB; extra "
+              f"{out[f'{label}_extra_rss_share']:.3f}x the bank)", flush=True)
     out["brace_over_noiseless"] = out["brace_s"] / out["noiseless_s"]
     print(f"BRACE / noiseless = {out['brace_over_noiseless']:.2f}")
     if "torch_bruteforce_s" in out:

@@ -64,7 +64,7 @@ __all__ = ["validate_torch", "verify_torch", "torch_blocks", "torch_gate_pass",
 
 _TILE_ELEMS_CPU = 1 << 22  # entries of one (centres × super-block) tile on the CPU
 _TILE_ELEMS_GPU = 1 << 26  # ... on an accelerator
-_EXTRA_SHARE = 0.2  # a pass's working copies stay below this share of the bank's bytes
+_EXTRA_SHARE = 0.05  # a pass's working copies stay below this share of the bank's bytes
 _PW_BLOCK = 128  # numpy's pairwise-summation block (PW_BLOCKSIZE)
 
 
