@@ -195,6 +195,17 @@ def nearest_centres(Z: np.ndarray, C: np.ndarray, Cn2: np.ndarray
     return j, d2, off
 
 
+def _check_range(C: np.ndarray, domain: Domain) -> None:
+    """Refuse, from public values only, centres so far out that a squared distance to a
+    row of the domain could leave float64's range (no row can then trigger an error)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        big = (float(np.abs(C).max(initial=0.0)) + float(np.abs(domain.centre).max())
+               + domain.radius) ** 2 * (C.shape[1] + 4) * 4.0
+    if not (np.all(np.isfinite(C)) and math.isfinite(big)):
+        raise ValueError("the centres are out of float64's range of squared distances; "
+                         "rescale the bank and the domain.")
+
+
 def _tiles(bank: Any, k: int, domain: Domain):
     """The bank's rows, mapped into the domain, in fixed tiles (an array or an
     :class:`~brace.LSRMemory`, read by its verified blocks)."""
@@ -242,6 +253,7 @@ def voronoi_stats(bank: Any, centres: np.ndarray, clip: float, unit: float,
     norm exceeds ``c``; the sums are exact integer additions (every sum below ``2^53``
     units: :func:`voronoi_unit`), so no sum depends on the order of the rows."""
     C = np.asarray(centres, dtype=np.float64)
+    _check_range(C, domain)
     k, d = C.shape
     Cn2 = (C * C).sum(axis=1)
     c2 = float(clip) ** 2
@@ -284,6 +296,7 @@ def radii_histogram(bank: Any, centres: np.ndarray, edges: np.ndarray,
     the domain) have their direct squared distance to their nearest centre in each bin
     (compared with the squared edges)."""
     C = np.asarray(centres, dtype=np.float64)
+    _check_range(C, domain)
     Cn2 = (C * C).sum(axis=1)
     e2 = np.asarray(edges, dtype=np.float64) ** 2
     hist = np.zeros(e2.size + 1, dtype=np.int64)
@@ -431,7 +444,8 @@ def private_seeds(bank: Any, domain: Domain, plan: SeedingPlan, *, noise: str,
         releases.append({"kind": "radii", "centres": C, "values": h, "rho": plan.rho_radii,
                          "sigma": sigma, "edges": edges,
                          "sensitivity": math.sqrt(2.0) * (1.0 + 1e-12)})
-        return scale_from_radii(h, edges, n)
+        # at most 2R₀ (public): no two points of the domain are farther apart
+        return min(scale_from_radii(h, edges, n), 2.0 * domain.radius)
 
     # 1. the centre release: one cell, the domain's centre, clip R₀; n is public
     c0 = domain.centre[None, :]
