@@ -248,6 +248,7 @@ def test_snapshot_without_seeds_is_charged_once_and_refused_beyond(tmp_path):
                        accounting="local") as pm:
         syn = pm.snapshot(bounds=(-1, 1), seed=0, rounds=3)
         assert syn.epsilon == pytest.approx(pm.spent, rel=1e-9) and pm.spent <= 2.0
+        assert syn.params["rounds"] == 3
         kinds = [r["params"]["kind"] for r in pm.releases]
         assert kinds == ["centre", "radii"] + ["voronoi", "radii"] * 2 + ["voronoi"]
         # the whole space is read: a far point is charged as much as a row
@@ -362,6 +363,11 @@ def test_plan_is_a_public_function_and_splits_the_budget():
     assert plan.split_rounds == (2, 4) and 1 <= plan.k0 <= 64
     assert sd.SeedingPlan.make(0.3, 1797, 64, 8) == plan
     assert sd.SeedingPlan.make(1e-4, 1797, 64, 8).k0 == 1  # too little for two cells
+    # without rounds, the budget decides: fewer, more accurate rounds when it is small
+    assert sd.SeedingPlan.make(0.3, 10**5, 64).rounds == 8
+    small = sd.SeedingPlan.make(0.02, 1797, 64)
+    assert small.rounds == 3 and small.c_min == 1.0 and small.split_rounds == (1, 2)
+    assert sum(plan_events(small)) == pytest.approx(0.02)
 
 
 # --- the audit row -------------------------------------------------------------------------

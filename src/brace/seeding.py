@@ -350,12 +350,19 @@ def scale_from_radii(noisy: np.ndarray, edges: np.ndarray, n: int) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class SeedingPlan:
-    """The public plan of a snapshot without seeds, a function of ``(ρ, n, d, R)`` and the
-    stated knobs only: the zCDP of the centre release, of each radii release and of each
-    Voronoi round; the count ``m*`` a cell needs for its noisy mean to move it by less
-    than half its clip (``m* = c_min·√d·σ/c``, ``σ/c ≈ 2/sqrt(2ρ_round)`` the sums'
-    noise in units of the clip); ``k₀ = min(k_cap, ⌊n/m*⌋)`` starting centres (at least
-    1); the rounds after which cells with noisy count ``≥ 2m*`` split."""
+    """The public plan of a snapshot without seeds, a function of ``(ρ, n, d)`` and the
+    stated knobs only: the number of Voronoi rounds ``R``; the zCDP of the centre
+    release, of each radii release and of each Voronoi round; the count ``m*`` a cell
+    needs for its noisy mean to move it by less than about half its clip
+    (``m* = c_min·√d·2/sqrt(2ρ_round)``: the sums' noise is ``2/sqrt(2ρ_round)`` clips
+    per coordinate); ``k₀ = min(k_cap, ⌊n/m*⌋)`` starting centres (at least 1); the rounds
+    after which cells with noisy count ``≥ 2m*`` split.
+
+    Without ``rounds`` (and ``c_min``) the budget decides (:meth:`make`): with ``k₈``
+    the starting centres that 8 rounds at ``c_min = 1.5`` afford, ``R = 8`` (``c_min
+    = 1.5``) when ``k₈ ≥ 16``, ``R = 5`` when ``k₈ ≥ 8`` and ``R = 3`` below (both at
+    ``c_min = 1``): a small budget buys a few accurate rounds rather than many noisy
+    ones."""
 
     rho: float
     rounds: int
@@ -365,10 +372,17 @@ class SeedingPlan:
     m_star: float
     k0: int
     split_rounds: tuple[int, ...]
+    c_min: float = 1.5
 
     @classmethod
-    def make(cls, rho: float, n: int, dim: int, rounds: int, *, c_min: float = 2.0,
-             k_cap: int = 64, split_rounds: tuple[int, ...] | None = None) -> SeedingPlan:
+    def make(cls, rho: float, n: int, dim: int, rounds: int | None = None, *,
+             c_min: float | None = None, k_cap: int = 64,
+             split_rounds: tuple[int, ...] | None = None) -> SeedingPlan:
+        if rounds is None:
+            k8 = cls.make(rho, n, dim, 8, c_min=1.5, k_cap=k_cap).k0
+            rounds, auto_c = (8, 1.5) if k8 >= 16 else (5, 1.0) if k8 >= 8 else (3, 1.0)
+            c_min = auto_c if c_min is None else c_min
+        c_min = 1.5 if c_min is None else float(c_min)
         R = int(rounds)
         rho_c = CENTRE_SHARE * rho
         rho_h = RADII_SHARE * rho / R
@@ -379,7 +393,7 @@ class SeedingPlan:
             split_rounds = tuple(sorted({max(1, round(R * f)) for f in (0.25, 0.5)}
                                         - {R})) if R >= 3 else ()
         return cls(float(rho), R, rho_c, rho_h, rho_r, float(m_star), k0,
-                   tuple(int(t) for t in split_rounds))
+                   tuple(int(t) for t in split_rounds), c_min)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

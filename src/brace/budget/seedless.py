@@ -23,10 +23,6 @@ from ..seeding import SeedingPlan, parse_domain, private_seeds
 from ..synopsis import Synopsis
 from .admission import BudgetExceededError, _largest_fitting
 
-#: Voronoi rounds of a snapshot without seeds (default)
-SEEDLESS_ROUNDS = 8
-
-
 def plan_events(plan: SeedingPlan) -> list[float]:
     """The zCDP of every release of ``plan``, in order: the centre release, then the
     first radii release, then each round followed by its radii release (none after the
@@ -43,12 +39,12 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
                            rng: np.random.Generator | None, noise: str,
                            seed_record: Any, rounds: int | None, public_seed: int,
                            merge_radius: float | None, min_count: float | None,
-                           c_min: float = 1.5, k_cap: int = 64) -> Synopsis:
+                           c_min: float | None = None, k_cap: int = 64) -> Synopsis:
     """The body of :meth:`PrivateMemory.snapshot` without seeds (the caller validated
     ``noise`` and the generator; ``pm`` is locked here)."""
     d = pm._dim
     domain = parse_domain(bounds, ball, d)
-    R = SEEDLESS_ROUNDS if rounds is None else check_int_at_least("rounds", rounds, 1)
+    R = None if rounds is None else check_int_at_least("rounds", rounds, 1)
     if isinstance(public_seed, bool) or not isinstance(public_seed, int | np.integer) \
             or public_seed < 0:
         raise ValueError(f"public_seed must be an int >= 0; got {public_seed!r}.")
@@ -86,7 +82,7 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
         rho = _largest_fitting(usage, 1e-12, 1e6)
         if rho == 0.0:
             raise BudgetExceededError(
-                f"no snapshot of {R} Voronoi rounds fits in what remains of the budget. "
+                f"no snapshot of {R or 'any number of'} Voronoi rounds fits in what remains of the budget. "
                 "Nothing was released or spent.", spent=pm.spent, remaining=pm.remaining,
                 requested_total=math.inf)
         plan = SeedingPlan.make(rho, n, d, R, c_min=c_min, k_cap=k_cap)
@@ -133,7 +129,8 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
     counts = np.maximum(np.rint(out["counts"]), 0).astype(np.int64)
     params = {
         "seeding": "private", "method": "none", "release": "none", "steps": 0,
-        "rounds": R, "domain": domain.to_dict(), "scale": out["scale"],
+        "rounds": plan.rounds, "c_min": plan.c_min, "domain": domain.to_dict(),
+        "scale": out["scale"],
         "cell_radius": out["clip"], "merge_radius": out["merge_radius"],
         "min_count": out["min_count"], "k0": plan.k0, "m_star": plan.m_star,
         "split_rounds": list(plan.split_rounds), "public_seed": int(public_seed),

@@ -66,7 +66,8 @@ class Snapshots:
         every row is first mapped into the domain (clamped to the box, projected onto
         the ball: a row outside counts as its clipped self); a centre release (the
         rows' mean), radii releases (a noisy histogram of the distances to the nearest
-        centre, whose median is the private scale ``s``) and ``rounds`` (default 8)
+        centre, whose median is the private scale ``s``) and ``rounds`` (default: 8,
+        5 or 3 by the budget, ``seeding.SeedingPlan``)
         Voronoi rounds — every row in the cell of its nearest centre, offsets clipped to
         ``s``, one Gaussian release per round over the disjoint cells, cells split along
         public random directions and merged at ``s/2`` — all in one call of the filter.
