@@ -23,6 +23,7 @@ from ..seeding import SeedingPlan, parse_domain, private_seeds
 from ..synopsis import Synopsis
 from .admission import BudgetExceededError, _largest_fitting
 
+
 def plan_events(plan: SeedingPlan) -> list[float]:
     """The zCDP of every release of ``plan``, in order: the centre release, then the
     first radii release, then each round followed by its radii release (none after the
@@ -82,9 +83,9 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
         rho = _largest_fitting(usage, 1e-12, 1e6)
         if rho == 0.0:
             raise BudgetExceededError(
-                f"no snapshot of {R or 'any number of'} Voronoi rounds fits in what remains of the budget. "
-                "Nothing was released or spent.", spent=pm.spent, remaining=pm.remaining,
-                requested_total=math.inf)
+                f"no snapshot of {R or 'any number of'} Voronoi rounds fits in what "
+                "remains of the budget. Nothing was released or spent.", spent=pm.spent,
+                remaining=pm.remaining, requested_total=math.inf)
         plan = SeedingPlan.make(rho, n, d, R, c_min=c_min, k_cap=k_cap)
         out = private_seeds(pm._memory, domain, plan, noise=noise, rng=rng,
                             public_seed=int(public_seed), merge_radius=mr, min_count=mc,
