@@ -169,15 +169,13 @@ def run(ns: tuple[int, ...], eps: float, seeds: int, log: Any) -> dict:
 
 def pays_at(res: dict, ns: tuple[int, ...], method: str) -> int | None:
     """The smallest n from which the method's mean accuracy stays above the public
-    floor's by more than both spreads (half-widths of the 95 % CI, or 0 for one seed)."""
-    def hw(s: dict) -> float:
-        return 0.0 if not np.isfinite(s["lo"]) else 0.5 * (s["hi"] - s["lo"])
-
+    floor's by more than the run-to-run spread: the difference of the means exceeds the
+    larger of the two standard deviations over seeds (0 for one seed)."""
     ok = []
     for n in ns:
-        a = res["summary"][f"{n}/{method}"]["accuracy"]
-        f = res["summary"][f"{n}/public_floor"]["accuracy"]
-        ok.append(a["mean"] - hw(a) > f["mean"] + hw(f))
+        a = np.asarray(res["raw"][f"{n}/{method}"]["accuracy"])
+        f = np.asarray(res["raw"][f"{n}/public_floor"]["accuracy"])
+        ok.append(a.mean() - f.mean() > max(a.std(), f.std()))
     for i in range(len(ns)):
         if all(ok[i:]):
             return ns[i]
@@ -190,9 +188,9 @@ def table(res: dict, ns: tuple[int, ...]) -> str:
     for n in ns:
         cells = []
         for m in METHODS:
-            s = res["summary"][f"{n}/{m}"]["accuracy"]
-            hw = "" if not np.isfinite(s["lo"]) else f" ± {(s['hi'] - s['lo']) / 2:.3f}"
-            cells.append(f"{s['mean']:.3f}{hw}")
+            v = np.asarray(res["raw"][f"{n}/{m}"]["accuracy"])
+            sd = f" ± {v.std():.3f}" if v.size > 1 else ""
+            cells.append(f"{v.mean():.3f}{sd}")
         k = res["summary"][f"{n}/info"]["k"]["mean"]
         ari = res["summary"][f"{n}/info"]["ari"]["mean"]
         lines.append(f"| {n:,} | " + " | ".join(cells) + f" | {k:.0f} | {ari:.3f} |")
@@ -232,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None)
     p.add_argument("--figure", default=None)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--from-json", default=None,
+                   help="tabulate (and draw) a saved run instead of running")
     a = p.parse_args(argv)
     ns = tuple(a.n) if a.n else ((1_000, 10_000) if a.quick else NS)
     seeds = 1 if a.quick else a.seeds
@@ -240,16 +240,23 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
 
-    res = run(ns, a.eps, seeds, log)
+    if a.from_json:
+        import json
+
+        with open(a.from_json, encoding="utf-8") as fh:
+            res = json.load(fh)
+        ns, a.eps, seeds = tuple(res["ns"]), res["epsilon"], res["seeds"]
+    else:
+        res = run(ns, a.eps, seeds, log)
     print(f"\nCompletion accuracy against n (total ε = {a.eps:g}, δ = {DELTA:g}; mean ± "
-          f"95% CI over {seeds} seeds for n <= 1e5, one seed above):\n")
+          f"sd over {seeds} seeds for n <= 1e5, one seed above):\n")
     print(table(res, ns))
     pays = {m: pays_at(res, ns, m) for m in ("synopsis", "per_query", "per_query_q10")}
     print(f"\nprivate pays (above the public floor from this n on): {pays}")
     print(f"threads: {threads_info()}; wall {time.perf_counter() - t0:.0f} s")
     if a.figure:
         figure(res, ns, a.eps, a.figure)
-    if a.json:
+    if a.json and not a.from_json:
         write_json(a.json, {**res, "ns": list(ns), "epsilon": a.eps, "seeds": seeds,
                             "pays_at": pays, "threads": threads_info(),
                             "versions": versions(), "wall_s": time.perf_counter() - t0})

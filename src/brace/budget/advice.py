@@ -20,8 +20,9 @@ from .admission import _PLAN_KW, QUERY_DELTA_SHARE, _largest_fitting
 RETRIEVE_MAX_NOISE = 0.5
 RECOMMEND_GATE = 32.0
 #: public data alone is as good as a synopsis without public seeds when the public rows
-#: number at least this many times ``n/m*`` (the cells that synopsis can afford)
-PUBLIC_ENOUGH = 2.0
+#: number at least this many times ``n/m*`` (the cells that synopsis can afford);
+#: checked against 15 measured cases (``docs/benchmarks.md``, "When private pays")
+PUBLIC_ENOUGH = 1.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,8 +104,8 @@ class Advice:
            ``docs/privacy-accounting.md`` §15) spending what remains resolves clusters of
            at least ``m*`` rows (:class:`brace.seeding.SeedingPlan`): ``cells = n/m*`` of
            them. With ``public_rows`` rows of public data from the same population, public
-           data alone is as good when ``public_rows ≥ PUBLIC_ENOUGH · n/m*`` (every
-           cluster the synopsis can resolve then holds a couple of public rows): advise
+           data alone is as good when ``public_rows ≥ PUBLIC_ENOUGH · n/m*`` (1.5: every
+           cluster the synopsis can resolve then holds a public row or two): advise
            releasing nothing. Below, advise the synopsis without public seeds. Without
            ``public_rows``: with ``public_seeds`` a synopsis seeded with them (its cells
            start where the data are); without, the synopsis without public seeds.

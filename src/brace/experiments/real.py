@@ -968,12 +968,16 @@ def _settings_figure(cfg: RealConfig, summary: dict, out_dir: Path) -> None:
                 ax.axhline(float(np.mean(fl)), color="k", ls=":", lw=1.2,
                            label="public only" if st_ != "none" else "the query itself")
             ax.set_xscale("log")
+            ax.minorticks_off()
+            ticks = sorted(float(e) for e in cfg.epsilons)
+            ax.set_xticks(ticks)
+            ax.set_xticklabels([f"{e:g}" for e in ticks], fontsize=7)
             ax.set_title(f"{ds}, {st_}", fontsize=9)
             ax.grid(True, alpha=0.3)
             if i == len(names) - 1:
                 ax.set_xlabel(f"total ε (δ = {cfg.delta:g})")
             if j == 0:
                 ax.set_ylabel("label accuracy")
-            ax.legend(fontsize=6, loc="lower right")
+            ax.legend(fontsize=6, loc="best")
     fig.tight_layout()
     save_figure(fig, out_dir / "settings.png")
