@@ -403,7 +403,7 @@ def test_recommend_advises_a_synopsis_without_public_seeds_or_nothing():
     nothing when the public rows cover every such cell, or when no two cells fit."""
     from brace.budget.advice import PUBLIC_ENOUGH
 
-    X = np.random.default_rng(0).uniform(-1, 1, (20_000, 32))
+    X = np.random.default_rng(0).uniform(-1, 1, (3_000, 32))
     pm = PrivateMemory(X, radius=0.5, budget=(4.0, 1e-5), accounting="global")
     rec = pm.recommend(1000, public_seeds=False)
     assert rec.use == "snapshot" and rec.seeds == "private" and "bounds" in rec.reason
