@@ -306,9 +306,10 @@ def _add_real(sub) -> None:
                    help="public-data settings: split (a public split of the same "
                    "population, the default), none (no public data), sample (50 public "
                    "rows), shifted (public rows of classes 0-4 only); the last three "
-                   "run on digits and mnist784")
+                   "run on digits, mnist784 and mnist_rp64 (default: split)")
     p.add_argument("--methods", nargs="+", choices=real.METHODS, default=None,
-                   metavar="METHOD", help=f"subset of {' '.join(real.METHODS)}")
+                   metavar="METHOD", help=f"subset of {' '.join(real.METHODS)} (default "
+                   f"{' '.join(d.methods)})")
     p.add_argument("--seed", type=int, default=d.seed,
                    help="seed of the queries, corruption and noise")
     p.add_argument("--split-seed", type=int, default=d.split_seed,
