@@ -53,10 +53,28 @@ Scores per seed: label accuracy (the label of the bank memory nearest to the com
 record against the query record's label) and the MSE ``‖y − z_T‖²/d`` to the noiseless
 completion ``z_T``; mean ± 95 % CI over seeds (``mean_ci95``).
 
+**Without public data** (``--no-public``; ``docs/benchmarks.md``, "Without public
+data"): the synopsis that finds its own seeds (``brace.private_synopsis(bank,
+epsilon=ε, delta=δ, bounds=domain)``, ``docs/privacy-accounting.md`` §15) on banks with
+nothing public but their domain — sklearn digits (all 1,797 rows, raw pixels in
+``[0, 16]^64``), the MNIST test split (all 10,000 rows, raw pixels / 255 in
+``[0, 1]^784``) and :func:`brace.datasets.sample_clusters` (n = 100,000, k = 100,
+d = 64 and 128, ``[-1, 1]^d``). Scores as ``benchmarks/bench_peers_nopublic.py`` (the
+peers' benchmark, branch ``peers``): ARI and NMI of every bank row grouped by its nearest
+attractor; on MNIST, ``Q = 1,000`` corrupted bank rows (noise of std ``0.5/√12`` per
+pixel, a quarter of the pixels set to 0) completed by the nearest attractor, scored by
+the label of the bank row nearest to the completion with the query's own source row
+excluded; ``identity`` is the query itself. When that module can be imported (from this
+directory or ``--peers-dir``), the peers run on the same banks, seeds and protocol
+(``--peers``; its ``run_bank``), else the synopsis runs alone with the same loaders.
+
 Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_real.py [--quick] [--json out.json]
         [--seeds 20] [--completion-seeds 10] [--threads 1]
+    OMP_NUM_THREADS=2 python benchmarks/bench_real.py --no-public [--np-seeds 5]
+        [--np-datasets digits mnist synthetic synthetic128] [--peers lsh_tree ...]
+        [--peers-dir DIR] [--json out.json]
 
 Without diffprivlib (``pip install 'brace-dam[peers]'``) its rows are skipped with a note.
 """
@@ -415,6 +433,145 @@ def completion_table(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------- no public data
+
+NP_EPS = {"digits": (0.25, 0.5, 1.0, 2.0, 4.0, 8.0), "mnist": (1.0, 2.0, 4.0, 8.0),
+          "synthetic": (1.0, 4.0), "synthetic128": (1.0, 4.0)}
+NP_QUERIES = 1000
+
+
+def m_synopsis(bank: Any, dom: Any, eps: float, delta: float, seed: int) -> Any:
+    """The synopsis without public data: a public box, nothing else."""
+    return brace.private_synopsis(bank.X, epsilon=eps, delta=delta,
+                                  bounds=(dom.lo, dom.hi), seed=seed)
+
+
+def _peers_module(peers_dir: str | None) -> Any:
+    if peers_dir:  # its own helpers (peers_dp, peers_lsh) first
+        sys.path.insert(0, os.path.abspath(peers_dir))
+        for mod in ("peers_dp", "peers_lsh", "bench_peers_nopublic"):
+            sys.modules.pop(mod, None)
+    try:
+        import bench_peers_nopublic as bp
+    except ImportError:
+        return None
+    return bp
+
+
+@dataclass(frozen=True, eq=False)
+class _NPBank:
+    X: np.ndarray
+    labels: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class _NPDomain:
+    lo: np.ndarray
+    hi: np.ndarray
+
+
+def _np_bank(name: str, seed: int) -> tuple[_NPBank, _NPDomain]:
+    """The banks of ``bench_peers_nopublic.load_bank`` (same rows, same domains)."""
+    if name == "digits":
+        from sklearn.datasets import load_digits
+
+        X, y = load_digits(return_X_y=True)
+        return (_NPBank(np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.int64)),
+                _NPDomain(np.zeros(64), np.full(64, 16.0)))
+    if name == "mnist":
+        from brace.experiments.mnist_data import load_mnist_test
+
+        images, labels = load_mnist_test(None)
+        X = images.reshape(images.shape[0], -1).astype(np.float64) / 255.0
+        return _NPBank(X, labels.astype(np.int64)), _NPDomain(np.zeros(784), np.ones(784))
+    d = 128 if name == "synthetic128" else 64
+    from brace.datasets import sample_clusters
+
+    X, y = sample_clusters(100_000, d, 100, seed=np.random.SeedSequence([seed, 2024]))
+    return _NPBank(X, y), _NPDomain(np.full(d, -1.0), np.full(d, 1.0))
+
+
+def _np_completion(bank: _NPBank, dom: _NPDomain, seed: int, syn: Any) -> tuple[float, float]:
+    """MNIST completion (the peers' protocol): accuracy of the synopsis and of the query
+    itself, the source row excluded."""
+    g = np.random.default_rng([seed, 4242])
+    src = g.integers(0, bank.X.shape[0], NP_QUERIES)
+    d = bank.X.shape[1]
+    q = bank.X[src] + NOISE * float(np.mean(dom.hi - dom.lo)) / np.sqrt(12.0) \
+        * g.standard_normal((NP_QUERIES, d))
+    cols = np.argsort(g.random((NP_QUERIES, d)), axis=1)[:, :int(round(MASK * d))]
+    q[np.arange(NP_QUERIES)[:, None], cols] = 0.0
+    xx = np.einsum("ij,ij->i", bank.X, bank.X)
+
+    def acc(Z: np.ndarray) -> float:
+        out = np.empty(Z.shape[0], dtype=np.int64)
+        for lo in range(0, Z.shape[0], 256):
+            D = xx[None, :] - 2.0 * Z[lo:lo + 256] @ bank.X.T
+            D[np.arange(D.shape[0]), src[lo:lo + 256]] = np.inf  # the source row
+            out[lo:lo + 256] = np.argmin(D, axis=1)
+        return float(np.mean(bank.labels[out] == bank.labels[src]))
+
+    return acc(np.asarray(syn.complete(q))), acc(q)
+
+
+def no_public(datasets: tuple[str, ...], seeds: int, peers: tuple[str, ...],
+              peers_dir: str | None, quick: bool, log: Any) -> dict[str, Any]:
+    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+    bp = _peers_module(peers_dir) if peers else None
+    out: dict[str, Any] = {"peers_module": None if bp is None else bp.__file__}
+    if peers and bp is None:
+        log("note: bench_peers_nopublic not importable (branch peers): synopsis only")
+    for name in datasets:
+        eps_list = (1.0, 4.0) if quick else NP_EPS[name]
+        if bp is not None and name in ("digits", "mnist", "synthetic"):
+            methods = {"synopsis": m_synopsis, **{m: bp.METHODS[m] for m in peers
+                                                  if m in bp.METHODS}}
+            bp.INFO["synopsis"] = ("synopsis, no public data (BRACE)", "dp")
+            out[name] = bp.run_bank(name, methods, eps_list, seeds, log,
+                                    completion=name == "mnist")
+            continue
+        raw: dict[str, dict[str, list[float]]] = {}
+        for s in range(seeds):
+            bank, dom = _np_bank(name, s)
+            for eps in eps_list:
+                t0 = time.perf_counter()
+                syn = m_synopsis(bank, dom, eps, DELTA, s)
+                fit = time.perf_counter() - t0
+                lab = syn.assign(bank.X)
+                rec = raw.setdefault(f"synopsis@{eps:g}", {})
+                for k_, v in (("ari", adjusted_rand_score(bank.labels, lab)),
+                              ("nmi", normalized_mutual_info_score(bank.labels, lab)),
+                              ("k", syn.n_attractors), ("fit_s", fit)):
+                    rec.setdefault(k_, []).append(float(v))
+                if name == "mnist":
+                    a, a_id = _np_completion(bank, dom, s, syn)
+                    rec.setdefault("accuracy", []).append(a)
+                    raw.setdefault("identity", {}).setdefault("accuracy", []).append(a_id)
+            log(f"no public data: {name} seed {s} done")
+        out[name] = {"raw": raw, "summary": {m: {k_: _summ(v) for k_, v in r.items()}
+                                             for m, r in raw.items()}}
+    return out
+
+
+def no_public_table(res: dict[str, Any]) -> str:
+    lines = ["| data | method | total ε | ARI | NMI | attractors | completion acc. | fit (s) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for name, r in res.items():
+        if not isinstance(r, dict) or "summary" not in r:
+            continue
+        for key, s in r["summary"].items():
+            meth, _, eps = key.partition("@")
+            acc = _fmt(s["accuracy"]) if "accuracy" in s else "—"
+            ari = _fmt(s["ari"]) if "ari" in s else "—"
+            nmi = _fmt(s["nmi"]) if "nmi" in s else "—"
+            k = f"{s['k']['mean']:.1f}" if "k" in s else "—"
+            fit = f"{s['fit_s']['mean']:.2f}" if "fit_s" in s else "—"
+            lines.append(f"| {name} | {meth} | {eps or '—'} | {ari} | {nmi} | {k} | {acc} "
+                         f"| {fit} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="a few seeds (smoke run)")
@@ -424,7 +581,40 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None, help="write the results here")
     p.add_argument("--skip", nargs="*", default=(), help="methods to leave out")
     p.add_argument("--threads", type=int, default=None, help="BLAS/OpenMP threads")
+    p.add_argument("--no-public", action="store_true",
+                   help="only the section without public data (module docstring)")
+    p.add_argument("--np-datasets", nargs="+", default=None,
+                   choices=("digits", "mnist", "synthetic", "synthetic128"))
+    p.add_argument("--np-seeds", type=int, default=None, help="seeds (default 5; quick 1)")
+    p.add_argument("--peers", nargs="*", default=("lsh_tree", "diffprivlib", "dp_grams_box",
+                                                  "dp_grams_private_seeds_uncharged",
+                                                  "kmeans", "floor_centre"),
+                   help="methods of bench_peers_nopublic.METHODS to run beside it")
+    p.add_argument("--peers-dir", default=None,
+                   help="a directory holding bench_peers_nopublic.py (default: this one)")
     a = p.parse_args(argv)
+    if a.no_public:
+        t0 = time.perf_counter()
+
+        def log_np(msg: str) -> None:
+            print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+        names = tuple(a.np_datasets or (("digits", "synthetic") if a.quick else
+                                        ("digits", "mnist", "synthetic", "synthetic128")))
+        if "mnist" in names and not os.environ.get("BRACE_MNIST_DIR"):
+            names = tuple(n for n in names if n != "mnist")
+            print("note: $BRACE_MNIST_DIR not set: mnist skipped", file=sys.stderr)
+        peers = tuple(m for m in a.peers if not (m == "diffprivlib" and not have_diffprivlib()))
+        res = no_public(names, a.np_seeds or (1 if a.quick else 5), peers, a.peers_dir,
+                        a.quick, log_np)
+        print("\nWithout public data (mean ± 95% CI over seeds):\n")
+        print(no_public_table(res))
+        print(f"threads: {threads_info()}; wall {time.perf_counter() - t0:.0f} s")
+        if a.json:
+            write_json(a.json, {"no_public": res, "threads": threads_info(),
+                                "versions": versions(),
+                                "wall_s": time.perf_counter() - t0})
+        return 0
     seeds = a.seeds or (3 if a.quick else 20)
     cseeds = a.completion_seeds or (2 if a.quick else 10)
     notes = []

@@ -165,6 +165,8 @@ OUTPUTS = ("results.jsonl", "summary.json", "table.txt", "accuracy.png", "mse.pn
     ("epsilons", (-1.0,), "epsilons"),
     ("epsilons", (float("inf"),), "epsilons"),
     ("methods", ("naive",), "unknown method"),
+    ("settings", ("public",), "unknown setting"),
+    ("settings", (), "settings"),
     ("delta", 1.5, "delta"),
     ("steps", 0, "steps"),
     ("repetitions", 0, "repetitions"),
@@ -208,7 +210,7 @@ def test_tiny_run_writes_every_output(tiny_run):
 @pytest.mark.slow
 def test_tiny_run_records_are_consistent(tiny_run):
     recs = {rx._key(r): r for r in read_jsonl(tiny_run["out"] / "results.jsonl")}
-    for (_, _Q, eps, m), r in recs.items():
+    for (_, _setting, _Q, eps, m), r in recs.items():
         assert 0.0 <= r["accuracy"]["mean"] <= 1.0
         assert r["config"]["datasets"] == ["breast_cancer"] and "versions" in r
         assert r["wall_time_s"] >= 0 and len(r["repetitions"]) == TINY.repetitions
@@ -222,14 +224,14 @@ def test_tiny_run_records_are_consistent(tiny_run):
             assert 0.8 * eps <= r["epsilon_spent"] <= eps * (1 + 1e-9)  # what is left, once
     # the synopsis answers every workload from one release per (ε, repetition)
     for eps in TINY.epsilons:
-        spent = {recs[("breast_cancer", Q, eps, "synopsis")]["epsilon_spent"]
+        spent = {recs[("breast_cancer", "split", Q, eps, "synopsis")]["epsilon_spent"]
                  for Q in TINY.workloads}
         assert len(spent) == 1
     # global accounting never affords more than local on the same queries
     for Q in TINY.workloads:
         for eps in TINY.epsilons:
-            g = recs[("breast_cancer", Q, eps, "brace_global")]["epsilon_per_query"]
-            loc = recs[("breast_cancer", Q, eps, "brace_local")]["epsilon_per_query"]
+            g = recs[("breast_cancer", "split", Q, eps, "brace_global")]["epsilon_per_query"]
+            loc = recs[("breast_cancer", "split", Q, eps, "brace_local")]["epsilon_per_query"]
             assert g <= loc * (1 + 1e-9)
 
 
@@ -303,3 +305,28 @@ def test_cli_real(tmp_path, capsys):
     assert main(["experiment", "real", "--quick", "--datasets", "breast_cancer", "--out",
                  str(tmp_path / "bad"), "--repetitions", "0", "--no-progress"]) == 2
     assert "repetitions" in capsys.readouterr().err
+
+
+def test_settings_without_public_data(tmp_path):
+    """The public-data settings on digits: every cell of the grid is computed; the
+    synopsis without public data is one release per (ε, repetition) whatever the setting
+    (it reads no public data); "none" has no public-seeded synopsis and its floor is the
+    query itself; per-query methods in "none" pay for their private radius."""
+    cfg = dataclasses.replace(TINY, datasets=("digits",), settings=("none", "sample",
+                                                                    "shifted"),
+                              methods=("brace_global", "synopsis", "synopsis_private",
+                                       "public_only"), repetitions=1, min_scored=10,
+                              workloads=(10,))
+    s = run_real(cfg, tmp_path, progress=False)
+    recs = {rx._key(r): r for r in read_jsonl(tmp_path / "results.jsonl")}
+    assert len(recs) == len(rx._grid(cfg, ("digits",))) == s["cells_total"]
+    assert ("digits", "none", 10, 1.0, "synopsis") not in recs
+    priv = {recs[("digits", st, 10, 1.0, "synopsis_private")]["accuracy"]["mean"]
+            for st in cfg.settings}
+    assert len(priv) == 1
+    g = recs[("digits", "none", 10, 1.0, "brace_global")]
+    assert g["repetitions"][0]["scale_epsilon"] > 0 and g["epsilon_spent"] <= 1.0 + 1e-9
+    assert recs[("digits", "sample", 10, None, "public_only")]["n_public"] == rx.SAMPLE_SIZE
+    text = (tmp_path / "table.txt").read_text()
+    assert "Private beats public-only" in text and "| digits | none | 10 |" in text
+    assert (tmp_path / "settings.png").is_file()

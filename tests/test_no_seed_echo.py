@@ -110,11 +110,13 @@ def test_private_memory_and_its_ledger_carry_no_seed(bank, tmp_path, known_entro
             _check_result(res, tmp_path, ints, texts, f"pm-{noise}")
         rep = pm.retrieve(bank[:3], steps=2, epsilon=1.0, noise="plain")  # a free repeat
         assert rep.params.get("seed") is None and not _leaks(rep, ints, texts)
-        syn = pm.snapshot(bank[:5], epsilon=1.0, steps=1)
-        assert syn.params["seed"] is None and not _leaks(syn, ints, texts)
-        for text in (repr(syn), str(syn), syn.to_json(include_seed=True)):
-            assert not any(t in text for t in texts)
-        assert not _leaks(pickle.loads(pickle.dumps(syn)), ints, texts)
+        for syn in (pm.snapshot(bank[:5], epsilon=1.0, steps=1),  # from public seeds
+                    pm.snapshot(bounds=(-4.0, 4.0), epsilon=1.0),  # seeds found privately
+                    pm.snapshot(bounds=(-4.0, 4.0), epsilon=1.0, noise="plain")):
+            assert syn.params.get("seed") is None and not _leaks(syn, ints, texts)
+            for text in (repr(syn), str(syn), syn.to_json(include_seed=True)):
+                assert not any(t in text for t in texts)
+            assert not _leaks(pickle.loads(pickle.dumps(syn)), ints, texts)
         assert not _leaks(pm.releases, ints, texts)
     raw = b"".join(p.read_bytes() for p in tmp_path.glob("ledger.db*"))
     assert not any(t.encode() in raw for t in texts)

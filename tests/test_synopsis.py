@@ -427,11 +427,11 @@ def test_recommend_follows_the_per_query_budget():
     q = np.zeros((10, 8))
     assert pm.recommend(10).per_query_epsilon == pytest.approx(
         pm.affordable_epsilon(q, steps=1), rel=1e-3)
-    blind = pm.recommend(1000, public_seeds=False)
-    assert blind.use == "retrieve" and "public seeds" in blind.reason
+    blind = pm.recommend(1000, public_seeds=False)  # a synopsis without public seeds
+    assert blind.use == "snapshot" and blind.seeds == "private" and "bounds" in blind.reason
     low = PrivateMemory(_bank(), radius=0.8, budget=(1.0, 1e-5)).recommend(
         1000, public_seeds=False)
-    assert low.use == "snapshot" and "grid" in low.reason
+    assert low.use == "snapshot" and low.seeds == "private" and low.cells >= 2
     assert pm.spent == 0.0
     with pytest.raises(ValueError, match="queries"):
         pm.recommend(0)

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 from scipy.spatial import cKDTree
 
+from ._exact import noisy_integers
 from ._io import strict_json
 from ._validation import (
     check_delta,
@@ -55,6 +56,7 @@ __all__ = [
     "next_centres",
     "public_seeds",
     "release_cell_round",
+    "snapshot_noise",
 ]
 
 CELL_SHARE = 0.8  # default share of a snapshot's zCDP budget spent on the cell rounds
@@ -114,18 +116,44 @@ def _box(bounds: Any, dim: int) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
+def snapshot_noise(noise: Any, seed: Any) -> str:
+    """The noise of a snapshot's releases: ``"auto"`` (the default) is ``"secure"`` — the
+    exact discrete Gaussian from the operating system (:mod:`brace.discrete`) — when no
+    ``seed`` is given and ``"plain"`` (numpy, reproducible) when one is; ``"secure"`` with a
+    seed is refused (:data:`brace.secure.SECURE_SEED_REASON`)."""
+    from .secure import SECURE_SEED_REASON
+
+    if not isinstance(noise, str) or noise not in ("auto", "plain", "secure"):
+        raise ValueError(f"noise must be 'auto', 'plain' or 'secure'; got {noise!r}.")
+    if noise == "auto":
+        return "secure" if seed is None else "plain"
+    if noise == "secure" and seed is not None:
+        raise ValueError(f"seed must be None with noise='secure': {SECURE_SEED_REASON}")
+    return noise
+
+
 def release_cell_round(bank: Any, centres: np.ndarray, radius: float, rho: float,
-                       rng: np.random.Generator) -> tuple[np.ndarray, float]:
+                       rng: np.random.Generator | None, noise: str = "plain"
+                       ) -> tuple[np.ndarray, float]:
     """One cell round (``docs/privacy-accounting.md`` §14, Lemma 9): ``(released, σ)``,
     ``released`` ``(k, d + 1)`` every cell's offset sum and ``radius`` × its count with
-    ``N(0, σ²)`` noise, ``σ = cell_sensitivity/sqrt(2ρ)``: ``ρ``-zCDP whatever ``k``."""
+    noise of std ``σ = cell_sensitivity/sqrt(2ρ)``: ``ρ``-zCDP whatever ``k``.
+    ``noise="plain"``: ``N(0, σ²)`` from ``rng``; ``"secure"``: the exact discrete Gaussian
+    in grid units (σ² rounded up; the grid capped so that σ stays in the exact sampler's
+    range, :func:`cell_unit`), every bit from the operating system."""
     C = np.asarray(centres, dtype=np.float64)
-    cnt, sums, unit = cell_sums(bank, C, radius)
-    sigma = cell_sensitivity(radius, unit, C.shape[1]) / math.sqrt(2.0 * float(rho))
+    cap = float(rho) if noise == "secure" else None
+    cnt, sums, unit = cell_sums(bank, C, radius, rho=cap)
+    sens = cell_sensitivity(radius, unit, C.shape[1])
     # the exact statistic in grid units (integers below 2^53: exact in float64; r is
     # 2^b units); the noise is added there, and the product by the unit after it is
     # post-processing
-    stacked = np.concatenate([sums, cnt[:, None] * (float(radius) / unit)], axis=1)
+    per = int(round(float(radius) / unit))
+    stacked = np.concatenate([sums, cnt[:, None] * per], axis=1)
+    if noise == "secure":
+        noisy, sigma_u = noisy_integers(stacked, sens / unit, rho, noise, None)
+        return noisy * unit, sigma_u * unit
+    sigma = sens / math.sqrt(2.0 * float(rho))
     noisy = stacked.astype(np.float64) + (sigma / unit) * rng.standard_normal(stacked.shape)
     return noisy * unit, sigma
 
@@ -169,11 +197,15 @@ def first_centres(points: np.ndarray, merge_radius: float) -> np.ndarray:
     return out / np.bincount(labels, minlength=g)[:, None]
 
 
-def cell_unit(radius: float, n: int) -> float:
+def cell_unit(radius: float, n: int, rho: float | None = None) -> float:
     """The public grid of a cell sum: ``r·2^-b``, ``b = min(30, 51 − ⌈log2(n + 1)⌉)``, so
     that a sum of ``n`` rounded offsets (each at most ``2^b + 1`` units) stays below
-    ``2^53`` units: exact in int64 and in float64."""
+    ``2^53`` units: exact in int64 and in float64. With ``rho`` (secure noise) also
+    ``b ≤ 27 + ⌊log2 sqrt(2ρ)⌋``, so that the noise's σ stays below ``2^28`` units (the
+    exact sampler's range)."""
     b = min(30, 51 - math.ceil(math.log2(n + 1)))
+    if rho is not None:
+        b = max(1, min(b, 27 + math.floor(math.log2(math.sqrt(2.0 * float(rho))))))
     return math.ldexp(float(radius), -b)
 
 
@@ -185,7 +217,7 @@ def cell_sensitivity(radius: float, unit: float, dim: int) -> float:
     return 2.0 * a * (1.0 + 1e-12)
 
 
-def cell_sums(bank: Any, centres: np.ndarray, radius: float
+def cell_sums(bank: Any, centres: np.ndarray, radius: float, rho: float | None = None
               ) -> tuple[np.ndarray, np.ndarray, float]:
     """The exact cell statistics of a synopsis round: ``(counts (k,) int64, sums (k, d)
     int64 in units of ``unit``, unit)``. ``bank`` is an array or an
@@ -209,7 +241,7 @@ def cell_sums(bank: Any, centres: np.ndarray, radius: float
         n, blocks = bank.n_memories, (Xb for _, Xb in bank._blocks())
     else:
         n, blocks = bank.shape[0], (bank,)
-    unit = cell_unit(radius, n)
+    unit = cell_unit(radius, n, rho)
     counts = np.zeros(k, dtype=np.int64)
     sums = np.zeros((k, d), dtype=np.int64)
     step = max(1, _TILE // max(1, k * d))
@@ -289,15 +321,20 @@ class Synopsis:
     Attributes
     ----------
     attractors : (k, d) the kept attractors (the last cell round's centres, merged).
-    counts : (k,) int64 their noisy memory counts (the last round's, rounded).
+    counts : (k,) int64 their noisy memory counts (the last round's, rounded, at
+        least 0).
     radius : the memory's support radius ``r``.
     seeds : (S, d) the public seeds; ``endpoints`` (S, d) their released endpoints
-        ``Y_T``.
+        ``Y_T``. Both ``(0, d)`` for a synopsis whose seeds were found privately
+        (``params["seeding"] == "private"``: ``params`` then holds the public
+        ``domain``, the private ``scale`` and the plan, ``docs/privacy-accounting.md``
+        §15).
     epsilon, delta : what the snapshot alone costs, ε at ``delta`` (its seeds' steps and
         its cell rounds composed); ``seed_epsilon``, ``seed_delta``: the per-seed target
         of the retrieval; ``cell_rho``: the zCDP parameter of each cell round.
     params : the release's public parameters (method, release, steps, merge_radius,
-        min_count, accounting of the bank, …).
+        min_count, accounting of the bank, ``noise`` — ``"secure"`` or ``"plain"`` — and
+        ``seed`` only when the caller passed one, …).
     """
 
     attractors: np.ndarray
@@ -385,7 +422,7 @@ class Synopsis:
                                "epsilon", "delta", "seed_epsilon", "seed_delta",
                                "cell_rho", "params") if k not in data]
         if missing:
-            raise ValueError(f"not a saved synopsis: it lacks the field(s) {missing}.")
+            raise ValueError(f"not a saved synopsis: missing field(s) {missing}.")
 
         def field(name: str, check: Any) -> Any:
             try:
@@ -407,6 +444,9 @@ class Synopsis:
         params = data["params"]
         if not isinstance(params, dict):
             raise ValueError("not a saved synopsis: field 'params' must be an object.")
+        if params.get("noise", "plain") not in ("plain", "secure"):
+            raise ValueError("not a saved synopsis: params['noise'] must be 'plain' or "
+                             f"'secure'; got {params.get('noise')!r}.")
         counts = field("counts", array)
         if counts.shape != (k,) or not np.all(counts == np.rint(counts)):
             raise ValueError(f"not a saved synopsis: counts must be {k} integers, one per "
@@ -456,13 +496,31 @@ class Synopsis:
 
     def summary(self) -> str:
         p = self.params
+        noise = p.get("noise", "plain")
+        if p.get("seeding") == "private":
+            dom = p.get("domain", {})
+            lines = [
+                f"Synopsis: {self.n_attractors} attractors, seeds found privately in a "
+                f"public {dom.get('kind', '?')} (d = {self.attractors.shape[1]}, "
+                f"r = {self.radius:g}; no public data)",
+                f"  cost             : eps = {self.epsilon:.4g} at delta = {self.delta:g} "
+                f"(a centre release, {p.get('rounds')} radii releases and {p.get('rounds')} "
+                f"Voronoi rounds at rho = {self.cell_rho:.4g} each; {noise} noise)",
+                f"  cells            : {p.get('k0')} to start; private scale "
+                f"{p.get('scale', float('nan')):.4g} (median distance to the nearest "
+                f"centre), merged at {p.get('merge_radius', float('nan')):.4g}, noisy "
+                f"count < {p.get('min_count', float('nan')):.3g} dropped",
+                "  noisy counts     : " + np.array2string(self.counts, threshold=12),
+                "  later queries    : free (post-processing: complete(), assign())",
+            ]
+            return "\n".join(lines)
         lines = [
             f"Synopsis: {self.n_attractors} attractors from {self.seeds.shape[0]} public "
             f"seeds (d = {self.attractors.shape[1]}, r = {self.radius:g})",
             f"  cost             : eps = {self.epsilon:.4g} at delta = {self.delta:g} "
             f"(seeds: {p.get('method')}/{p.get('release')} at ({self.seed_epsilon:.4g}, "
             f"{self.seed_delta:.3g}) each, {p.get('steps')} steps; {p.get('rounds')} cell "
-            f"rounds at rho = {self.cell_rho:.4g} each)",
+            f"rounds at rho = {self.cell_rho:.4g} each; {noise} noise)",
             f"  cells            : {p.get('groups')} in round 1 (seeds and endpoints); after each "
             f"round merged at {p.get('merge_radius'):.4g} and those with noisy count < "
             f"{p.get('min_count'):.3g} dropped",

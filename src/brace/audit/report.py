@@ -23,9 +23,10 @@ class ReportConfig:
     """The standard audit report: BRACE (κ ∈ {0, 128}; the gate-size γ; the count release),
     global, endpoint at ε ∈ {1, 4} and the naive baseline, on small banks in d ∈ {1, 2},
     the count release and the smooth release (κ = 0) with secure noise at ε = 4, plus
-    local accounting's far and near pairs (``local_pairs``), one cell round of the
-    synopsis (``synopsis``) and broken-noise self-checks (global and the count release,
-    std halved; secure global with a grid 2^23× coarser than accounted)."""
+    local accounting's far and near pairs (``local_pairs``), one cell round and one
+    Voronoi round (no public seeds) of the synopsis (``synopsis``) and broken-noise
+    self-checks (global and the count release, std halved; secure global with a grid
+    2^23× coarser than accounted)."""
 
     n_runs: int = 100_000
     steps: int = 2
@@ -39,7 +40,7 @@ class ReportConfig:
     seed: int = 0
     data_seed: int = 7
     local_pairs: bool = True  # the far- and near-pair rows (docs/audit.md §5.1)
-    synopsis: bool = True  # the synopsis's cell-round row (privacy-accounting.md §14)
+    synopsis: bool = True  # the synopsis's cell-round and Voronoi rows (privacy-accounting §14-15)
 
 
 def report_bank(n: int, d: int, radius: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -129,7 +130,7 @@ def report(rc: ReportConfig = ReportConfig(), *, progress: bool = True) -> dict:
         row.update({"d": d, "n": int(X.shape[0]), "steps": cfg.steps})
         rows.append(row)
     if rc.synopsis:
-        from .synopsis import synopsis_row
+        from .synopsis import synopsis_row, voronoi_row
 
         d = max(rc.dims)
         if progress:
@@ -138,6 +139,12 @@ def report(rc: ReportConfig = ReportConfig(), *, progress: bool = True) -> dict:
         rows.append(synopsis_row(*banks[d], epsilon=min(rc.epsilons), delta=rc.delta,
                                  radius=rc.radius, n_runs=rc.n_runs, alpha=rc.alpha,
                                  seed=rc.seed))
+        if progress:
+            print(f"[audit] synopsis Voronoi round, eps={min(rc.epsilons):g}, d={d} ...",
+                  file=sys.stderr, flush=True)
+        rows.append(voronoi_row(*banks[d], epsilon=min(rc.epsilons), delta=rc.delta,
+                                radius=rc.radius, n_runs=rc.n_runs, alpha=rc.alpha,
+                                seed=rc.seed))
     private_ok = all(r["epsilon_lb"] <= r["charged_epsilon"] for r in rows
                      if r["verdict"] in ("pass", "VIOLATION"))
     caught = all(r["exceeds_claim"] for r in rows

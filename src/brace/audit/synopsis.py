@@ -1,5 +1,7 @@
-"""The audit report's synopsis row: one cell round (``docs/privacy-accounting.md`` §14,
-Lemma 9) run by the library's own release, :func:`brace.synopsis.release_cell_round`.
+"""The audit report's synopsis rows: one cell round (``docs/privacy-accounting.md`` §14,
+Lemma 9) run by the library's own release, :func:`brace.synopsis.release_cell_round`,
+and one Voronoi round of a synopsis without seeds (§15, Lemma 11) run by
+:func:`brace.seeding.release_voronoi_round` (:func:`voronoi_row`).
 
 Pair: the report's d = 2 bank and its public query ``q`` as the only centre (a public
 seed); the memory of ``q``'s one-memory gate, near its boundary, is replaced by the point
@@ -18,10 +20,11 @@ from typing import Any
 import numpy as np
 
 from ..accounting import calibrate_rho
+from ..seeding import parse_domain, release_voronoi_round, voronoi_stats, voronoi_unit
 from ..synopsis import cell_sums, release_cell_round
 from .stats import certify_thresholds, max_certifiable_epsilon
 
-__all__ = ["synopsis_row"]
+__all__ = ["synopsis_row", "voronoi_row"]
 
 
 def synopsis_row(X: np.ndarray, q: np.ndarray, *, epsilon: float, delta: float,
@@ -76,5 +79,70 @@ def synopsis_row(X: np.ndarray, q: np.ndarray, *, epsilon: float, delta: float,
         "n_runs_per_side": int(n_runs), "n_pilot_per_side": int(pilot),
         "threshold": tau, "sigma": sigma, "alpha": alpha,
         "d": int(X.shape[1]), "n": int(X.shape[0]), "steps": 1,
+        "wall_time_s": time.perf_counter() - t0,
+    }
+
+
+def voronoi_row(X: np.ndarray, q: np.ndarray, *, epsilon: float, delta: float,
+                radius: float, n_runs: int, alpha: float, seed: int) -> dict[str, Any]:
+    """The report row of a Voronoi round (a synopsis without seeds) calibrated to
+    ``epsilon`` at ``delta``: the public query ``q`` is the only centre, so every row of
+    the bank is in its cell; the clip is ``radius``; the domain is a public ball around
+    ``q`` holding the bank. Pair: the row farthest from ``q`` (its offset clipped to
+    ``radius``) replaced by its mirror image through ``q`` — the same cell, the clipped
+    offset reversed: the largest change of the offset sum (``2·radius``, Lemma 11).
+    Statistic and certification as :func:`synopsis_row`."""
+    t0 = time.perf_counter()
+    C = np.asarray(q, dtype=np.float64).reshape(1, -1)
+    dist = np.linalg.norm(X - C[0], axis=1)
+    row = int(np.argmax(dist))
+    Xp = X.copy()
+    Xp[row] = C[0] - (X[row] - C[0]) * max(1.0, radius / max(dist[row], 1e-300))
+    domain = parse_domain(None, (C[0], 4.0 * (float(dist.max()) + radius)), C.shape[1])
+    rho = calibrate_rho(epsilon, delta, 1)
+    claim = float(epsilon)
+    n = X.shape[0]
+
+    def means(bank: np.ndarray) -> np.ndarray:
+        unit = voronoi_unit(radius, n, rho)
+        cnt, sums = voronoi_stats(bank, C, radius, unit, domain)
+        return np.concatenate([sums * unit, radius * cnt[:, None]], axis=1).ravel()
+
+    _, sigma, _ = release_voronoi_round(X, C, radius, rho, domain, "plain",
+                                        np.random.default_rng(0))
+    w = (means(Xp) - means(X)) / sigma**2
+
+    def stats(bank: np.ndarray, m_runs: int, s: int) -> np.ndarray:
+        rng = np.random.default_rng([seed, 100 + s])
+        out = np.empty(m_runs)
+        for i in range(0, m_runs, 10_000):
+            m = min(10_000, m_runs - i)
+            reps = [release_voronoi_round(bank, C, radius, rho, domain, "plain", rng)[0]
+                    .ravel() for _ in range(m)]
+            out[i:i + m] = np.asarray(reps) @ w
+        return out
+
+    pilot = max(1_000, n_runs // 4)
+    s0, s1 = stats(X, pilot, 1), stats(Xp, pilot, 2)
+    grid = np.quantile(np.concatenate([s0, s1]), np.linspace(0.02, 0.98, 49))
+    best = certify_thresholds(s0, s1, grid, delta=delta, alpha=alpha, n_bounds=2)
+    tau = float(grid[int(np.argmax(best["epsilon_lb"]))])
+    f0, f1 = stats(X, n_runs, 3), stats(Xp, n_runs, 4)
+    cert = certify_thresholds(f0, f1, [tau], delta=delta, alpha=alpha, n_bounds=2)
+    eps_lb = float(cert["epsilon_lb"][0])
+    cap = max_certifiable_epsilon(n_runs, alpha, 2, delta)
+    return {
+        "label": "synopsis Voronoi round (no public seeds)",
+        "config": {"pair": "voronoi", "epsilon": epsilon, "rho": rho, "radius": radius},
+        "claimed_epsilon": claim, "charged_epsilon": claim, "delta": delta,
+        "epsilon_lb": eps_lb, "exceeds_claim": eps_lb > claim,
+        "verdict": "VIOLATION" if eps_lb > claim else "pass",
+        "max_certifiable_epsilon": cap, "underpowered": False, "runs_needed": None,
+        "pair": {"kind": "mirror", "centre": [float(v) for v in C[0]],
+                 "gate_q": [n, n], "row": row, "old": X[row].tolist(),
+                 "new": Xp[row].tolist()},
+        "n_runs_per_side": int(n_runs), "n_pilot_per_side": int(pilot),
+        "threshold": tau, "sigma": sigma, "alpha": alpha,
+        "d": int(X.shape[1]), "n": n, "steps": 1,
         "wall_time_s": time.perf_counter() - t0,
     }

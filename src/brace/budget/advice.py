@@ -62,14 +62,22 @@ def _plan(memory: Any, method: str, eps: float, dlt: float, T: int, Q: int, nois
 #: noise norm is at most this many radii, and assumes gates of this many memories
 RETRIEVE_MAX_NOISE = 0.5
 RECOMMEND_GATE = 32.0
+#: public data alone is as good as a synopsis without public seeds when the public rows
+#: number at least this many times ``n/m*`` (the cells that synopsis can afford);
+#: checked against 15 measured cases (``docs/benchmarks.md``, "When private pays")
+PUBLIC_ENOUGH = 1.5
 
 
 @dataclasses.dataclass(frozen=True)
 class Recommendation:
-    """What :meth:`PrivateMemory.recommend` advises: ``use`` is ``"retrieve"`` or
-    ``"snapshot"``; ``per_query_epsilon`` what each of ``queries`` queries of ``steps``
-    steps could spend now (all at one place); ``step_noise`` the predicted noise norm
-    of a released step, in radii; ``reason`` says why."""
+    """What :meth:`PrivateMemory.recommend` advises: ``use`` is ``"retrieve"``,
+    ``"snapshot"`` (``seeds``: ``"public"`` — seeded with your public data — or
+    ``"private"`` — found privately, ``snapshot(bounds=…)``) or ``"nothing"`` (release
+    nothing: public data alone is as good, or no release is worth its noise);
+    ``per_query_epsilon`` what each of ``queries`` queries of ``steps`` steps could spend
+    now (all at one place); ``step_noise`` the predicted noise norm of a released step,
+    in radii; ``cells`` the number ``n/m*`` of cells a synopsis without public seeds could
+    resolve now; ``reason`` says why."""
 
     use: str
     queries: int
@@ -77,6 +85,8 @@ class Recommendation:
     per_query_epsilon: float
     step_noise: float
     reason: str
+    seeds: str | None = None  # a synopsis: "public" (your public data) or "private"
+    cells: float | None = None  # n/m*: the cells a synopsis without public seeds affords
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -136,32 +146,50 @@ class Advice:
             return self._answer(key, lambda: _largest_fitting(usage, 1e-5, 1e4))
 
     def recommend(self, queries: int, *, steps: int = 1, public_seeds: bool = True,
-                  gate_size: float = RECOMMEND_GATE) -> Recommendation:
-        """Per-query retrieval or a synopsis, for a workload of ``queries`` queries of
-        ``steps`` steps from what remains of the budget (``docs/guide.md``, "Which one
-        should I use?"). Public: it reads the recorded spend and the stated workload,
-        never the bank.
+                  gate_size: float = RECOMMEND_GATE, public_rows: int | None = None
+                  ) -> Recommendation:
+        """Per-query retrieval, a synopsis (seeded with public data or not) or no release,
+        for a workload of ``queries`` queries of ``steps`` steps from what remains of the
+        budget (``docs/guide.md``, "Which one should I use?"). Public: it reads the
+        recorded spend, ``n``, ``d`` and the stated workload, never the bank.
 
-        Each of the queries could spend ``ε_q`` (all at one place: the global price),
-        which buys ``ρ`` per step. A released step of a gate of ``m = gate_size``
-        memories (your typical gate; default 32) then carries noise of norm about
-        ``sqrt(d)·(2r/m)/sqrt(2ρ)``; per-query retrieval is advised when that is at most
-        :data:`RETRIEVE_MAX_NOISE` ``· r`` (the answer is mostly signal), else a
-        synopsis seeded from public data (``public_seeds``), whose cost does not grow
-        with the number of queries. Without public seeds a synopsis needs ``d ≤ 3``
-        (a public grid), so per-query retrieval is the remaining option. The rule was
-        checked against ``brace experiment real`` (``docs/experiments.md`` §6).
+        1. Each of the queries could spend ``ε_q`` (all at one place: the global price),
+           which buys ``ρ`` per step. A released step of a gate of ``m = gate_size``
+           memories (default 32) carries noise of norm about ``sqrt(d)·(2r/m)/sqrt(2ρ)``;
+           per-query retrieval is advised when that is at most
+           :data:`RETRIEVE_MAX_NOISE` ``· r`` (the answer is mostly signal).
+        2. Otherwise a synopsis, whose cost does not grow with the number of queries. A
+           synopsis without public seeds (``snapshot(bounds=…)``,
+           ``docs/privacy-accounting.md`` §15) spending what remains resolves clusters of
+           at least ``m*`` rows (:class:`brace.seeding.SeedingPlan`): ``cells = n/m*`` of
+           them. With ``public_rows`` rows of public data from the same population, public
+           data alone is as good when ``public_rows ≥ PUBLIC_ENOUGH · n/m*`` (1.5: every
+           cluster the synopsis can resolve then holds a public row or two): advise
+           releasing nothing. Below, advise the synopsis without public seeds. Without
+           ``public_rows``: with ``public_seeds`` a synopsis seeded with them (its cells
+           start where the data are); without, the synopsis without public seeds.
+        3. If that synopsis can afford fewer than two cells (``n/m* < 2``: the release
+           would be the bank's noisy mean), nothing is worth releasing for this workload:
+           ``use="nothing"``, unless per-query retrieval was advised.
+
+        The thresholds were checked against ``brace experiment real`` and
+        ``benchmarks/bench_private_n.py`` (``docs/benchmarks.md``, "When private pays").
         """
+        from ..accounting import GaussianStep
+        from ..seeding import SeedingPlan
+
         Q = check_int_at_least("queries", queries, 1)
         T = check_steps(steps)
         m = check_epsilon(gate_size, "gate_size")
         public_seeds = check_bool("public_seeds", public_seeds)
+        if public_rows is not None:
+            public_rows = check_int_at_least("public_rows", public_rows, 0)
         dlt = self._budget[1] * QUERY_DELTA_SHARE
 
         def plan(eps: float) -> Any:
             return _plan(self._memory, "brace", eps, dlt, T, Q, "plain", {})
 
-        def search(base: np.ndarray) -> tuple[float, float]:
+        def search(base: np.ndarray) -> tuple[float, float, float]:
             def usage(eps: float) -> float:  # Q queries at one place: the global price
                 p = plan(eps)
                 if p is None:
@@ -169,27 +197,49 @@ class Advice:
                 return self._filter.usage(base + weights(p.spent.step_event) * (Q * T))
 
             eps_q = _largest_fitting(usage, 1e-5, 1e4)
-            return eps_q, plan(eps_q).spent.rho_per_step if eps_q > 0 else 0.0
+            rho = plan(eps_q).spent.rho_per_step if eps_q > 0 else 0.0
+            # the synopsis without public seeds that what remains would buy (global price)
+            rho_s = _largest_fitting(
+                lambda x: self._filter.usage(base + weights(GaussianStep(x))), 1e-12, 1e6)
+            return eps_q, rho, rho_s
 
         with self._locked():
             self._sync_outside()
-            eps_q, rho = self._answer(("recommend", Q, T), lambda: search(self._worst(())))
+            eps_q, rho, rho_s = self._answer(("recommend", Q, T),
+                                             lambda: search(self._worst(())))
         noise = (math.sqrt(self._dim) * 2.0 / m / math.sqrt(2.0 * rho)) if rho > 0 \
             else math.inf
+        n = int(self._fingerprint["shape"][0])
+        cells = (n / SeedingPlan.make(rho_s, n, self._dim).m_star) if rho_s > 0 else 0.0
         said = (f"each of the {Q} queries can spend eps = {eps_q:.3g}; a released step "
                 f"of a {m:g}-memory gate then has noise of norm about {noise:.3g} r")
+        syn = (f"a synopsis without public seeds spending what remains resolves clusters "
+               f"of at least {n / max(cells, 1e-300):.3g} of the {n} rows "
+               f"(n/m* = {cells:.3g} cells)")
         if noise <= RETRIEVE_MAX_NOISE:
-            use, why = "retrieve", (f"{said} <= {RETRIEVE_MAX_NOISE:g} r: per-query "
-                                    "retrieval answers each query from its own "
-                                    "neighbourhood")
-        elif public_seeds or self._dim <= 3:
-            use, why = "snapshot", (
+            return Recommendation("retrieve", Q, T, eps_q, noise, (
+                f"{said} <= {RETRIEVE_MAX_NOISE:g} r: per-query retrieval answers each query "
+                "from its own neighbourhood"), None, cells)
+        if public_rows is not None and public_rows >= PUBLIC_ENOUGH * cells:
+            return Recommendation("nothing", Q, T, eps_q, noise, (
+                f"{said}, mostly noise; {syn}, and your {public_rows} public rows are at "
+                f"least {PUBLIC_ENOUGH:g} per such cell: releasing nothing (answering from "
+                "public data alone) is about as good"), None, cells)
+        if cells < 2.0:
+            return Recommendation("nothing", Q, T, eps_q, noise, (
+                f"{said}, mostly noise; {syn}: fewer than two, so a synopsis would be the "
+                "bank's noisy mean; nothing is worth releasing at this budget (use public "
+                "data if you have it, or a larger budget)"), None, cells)
+        if public_seeds and public_rows is None:
+            return Recommendation("snapshot", Q, T, eps_q, noise, (
                 f"{said} > {RETRIEVE_MAX_NOISE:g} r, mostly noise; one synopsis costs the "
-                "same for any number of queries" + (
-                    "" if public_seeds else " (seed it with seeds='grid' over a public box)"))
-        else:
-            use, why = "retrieve", (
-                f"{said}, but a synopsis in d = {self._dim} needs public seeds near the "
-                "data (points drawn in a box see empty gates); per-query retrieval is the "
-                "remaining private option")
-        return Recommendation(use, Q, T, eps_q, noise, why)
+                "same for any number of queries: seed it with your public data "
+                f"(snapshot(public_points)); without any, {syn} (snapshot(bounds=...))"),
+                "public", cells)
+        return Recommendation("snapshot", Q, T, eps_q, noise, (
+            f"{said} > {RETRIEVE_MAX_NOISE:g} r, mostly noise; one synopsis costs the same "
+            f"for any number of queries: {syn}"
+            + ("" if public_rows is None else f", more than your {public_rows} public rows "
+               f"cover (fewer than {PUBLIC_ENOUGH:g} per cell)")
+            + "; find its seeds privately inside your public domain: "
+            "snapshot(bounds=(lo, hi)) or snapshot(ball=(centre, radius))"), "private", cells)

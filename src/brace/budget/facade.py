@@ -309,13 +309,34 @@ class PrivateMemory(LedgerSync, Admission, Advice, Snapshots):
 
 
 
-def private_synopsis(bank: Any, *, epsilon: float, delta: float, seeds: Any,
+def private_synopsis(bank: Any, *, epsilon: float, delta: float, seeds: Any = None,
                      radius: float | None = None, beta: float | None = None,
                      steps: int = 0, seed: Any = None, **kw: Any) -> Synopsis:
     """A one-shot ``(epsilon, delta)``-DP synopsis of ``bank``: a fresh
     :class:`PrivateMemory` with that budget (global accounting) spent on one
-    :meth:`PrivateMemory.snapshot` (``docs/privacy-accounting.md`` §14). Keywords as
-    :meth:`PrivateMemory.snapshot`."""
+    :meth:`PrivateMemory.snapshot` (``docs/privacy-accounting.md`` §14; without
+    ``seeds``, §15: pass the public domain, ``bounds=(lo, hi)`` or ``ball=(c, R)``).
+    Keywords as :meth:`PrivateMemory.snapshot`.
+
+    Without seeds, ``radius`` (and ``beta``) may be left out: the synopsis's radius — the
+    one ``complete(how="lsr")`` uses — is then its private scale (the released median
+    distance of the rows to their nearest centre), a choice paid for by the snapshot's
+    own releases (``params["radius_rule"] == "private scale"``)."""
+    from ..seeding import parse_domain
+
+    rule = None
+    if seeds is None and radius is None and beta is None:
+        X = bank.bank if isinstance(bank, LSRMemory) else bank
+        dim = int(np.shape(X)[1]) if np.ndim(X) == 2 else 0
+        if dim < 1:
+            raise ValueError("bank must be a 2-D array (n, d).")
+        # a public placeholder (nothing is released with it); replaced below
+        radius = parse_domain(kw.get("bounds"), kw.get("ball"), dim).radius
+        rule = "private scale"
     pm = PrivateMemory(bank, radius=radius, beta=beta, budget=(epsilon, delta),
                        accounting="global")
-    return pm.snapshot(seeds, steps=steps, epsilon=None, seed=seed, **kw)
+    syn = pm.snapshot(seeds, steps=steps, epsilon=None, seed=seed, **kw)
+    if rule is not None:
+        syn = dataclasses.replace(syn, radius=float(syn.params["scale"]),
+                                  params={**syn.params, "radius_rule": rule})
+    return syn

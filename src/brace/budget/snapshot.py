@@ -40,24 +40,42 @@ from ..synopsis import (
     next_centres,
     public_seeds,
     release_cell_round,
+    snapshot_noise,
 )
 from .admission import BudgetExceededError, _call_key, _largest_fitting
+from .seedless import snapshot_without_seeds
 
 
 class Snapshots:
     """Mixin: :meth:`snapshot`."""
 
     @pins_bank
-    def snapshot(self, seeds: Any, *, steps: int = 0, epsilon: float | None = None,
-                 seed: Any = None, bounds: Any = None, public_seed: int = 0,
-                 method: str = "brace", rounds: int = 2, cell_share: float = CELL_SHARE,
-                 merge_radius: float | None = None, min_count: float | None = None,
-                 seed_delta: float | None = None, cell_radius: float | None = None,
-                 keep_seeds: bool = False, **kw: Any) -> Synopsis:
+    def snapshot(self, seeds: Any = None, *, steps: int = 0, epsilon: float | None = None,
+                 seed: Any = None, bounds: Any = None, ball: Any = None,
+                 public_seed: int = 0, method: str = "brace", rounds: int | None = None,
+                 cell_share: float = CELL_SHARE, merge_radius: float | None = None,
+                 min_count: float | None = None, seed_delta: float | None = None,
+                 cell_radius: float | None = None, keep_seeds: bool = False,
+                 noise: str = "auto", **kw: Any) -> Synopsis:
         """A one-shot private synopsis: private retrieval from public ``seeds``, merged
         into attractors, refined by private cell means with noisy counts, charged once
         (``docs/privacy-accounting.md`` §14). Later queries are answered from the
         returned :class:`Synopsis` by post-processing, free.
+
+        **Without seeds** (``seeds=None``, the default) the seeds are found privately
+        inside a public domain — ``bounds=(lo, hi)`` (a box) or ``ball=(centre,
+        radius)`` — and no public data is needed (``docs/privacy-accounting.md`` §15):
+        every row is first mapped into the domain (clamped to the box, projected onto
+        the ball: a row outside counts as its clipped self); a centre release (the
+        rows' mean), radii releases (a noisy histogram of the distances to the nearest
+        centre, whose median is the private scale ``s``) and ``rounds`` (default: 8,
+        5 or 3 by the budget, ``seeding.SeedingPlan``)
+        Voronoi rounds — every row in the cell of its nearest centre, offsets clipped to
+        ``s``, one Gaussian release per round over the disjoint cells, cells split along
+        public random directions and merged at ``s/2`` — all in one call of the filter.
+        ``epsilon``, ``seed``, ``noise``, ``public_seed`` (the public directions),
+        ``merge_radius`` (default ``s/2``) and ``min_count`` apply; ``steps``,
+        ``cell_radius``, ``keep_seeds``, ``method`` and ``cell_share`` do not.
 
         1. Optionally (``steps ≥ 1``), each seed runs ``steps`` private retrieval steps
            (``method``, its default release, output projection on).
@@ -88,7 +106,13 @@ class Snapshots:
             ``cell_share`` of its zCDP budget goes to the cell rounds (split evenly);
             the per-seed ε of the retrieval is then the largest that fits, at per-seed
             δ ``seed_delta`` (default budget δ / (4S)).
-        seed : the noise's random draws (retrieval, then the cell rounds).
+        seed : the noise's random draws (retrieval, then the cell rounds); with a seed
+            the noise is numpy's (reproducible).
+        noise : ``"auto"`` (default): ``"secure"`` — the exact discrete Gaussian on the
+            integer statistics, every bit from the operating system — when ``seed`` is
+            None, ``"plain"`` (numpy Gaussian, from ``seed``) when one is given;
+            ``"secure"`` with a seed is refused. ``Synopsis.params["noise"]`` records
+            it, and ``params["seed"]`` only a seed the caller passed.
         method : ``"brace"`` or ``"global"``.
         merge_radius : radius of the merges (leader clustering; default ``r``).
         keep_seeds : cells whose noisy count is below ``min_count`` keep their centre,
@@ -111,9 +135,32 @@ class Snapshots:
         for k in kw:
             if k not in ("release", "kappa", "gamma"):
                 raise TypeError(f"snapshot does not take {k}=.")
+        mode = snapshot_noise(noise, seed)
+        if seeds is None:
+            for name, val, default in (("steps", steps, 0), ("cell_radius", cell_radius, None),
+                                       ("keep_seeds", keep_seeds, False), ("method", method,
+                                                                          "brace"),
+                                       ("cell_share", cell_share, CELL_SHARE),
+                                       ("seed_delta", seed_delta, None)):
+                if val is not default and val != default:
+                    raise ValueError(f"{name}= is for a snapshot from public seeds; without "
+                                     "seeds the cells, their clip and the rounds are found "
+                                     "privately (docs/privacy-accounting.md §15).")
+            if kw:
+                raise TypeError(f"a snapshot without seeds does not take {sorted(kw)}.")
+            if seed is not None:
+                rng, seed_record = rng_and_record(seed)
+            else:
+                rng, seed_record = (np.random.default_rng() if mode == "plain" else None), None
+            return snapshot_without_seeds(
+                self, bounds=bounds, ball=ball, epsilon=epsilon, rng=rng, noise=mode,
+                seed_record=seed_record, rounds=rounds, public_seed=public_seed,
+                merge_radius=merge_radius, min_count=min_count)
+        if ball is not None:
+            raise ValueError("ball= is for a snapshot without seeds (seeds=None).")
         T = 0 if isinstance(steps, int) and not isinstance(steps, bool) and steps == 0 \
             else check_steps(steps)
-        R = check_int_at_least("rounds", rounds, 1)
+        R = check_int_at_least("rounds", 2 if rounds is None else rounds, 1)
         check_bool("keep_seeds", keep_seeds)
         if min_count is not None:  # a NaN threshold would drop every cell but the largest
             min_count = check_nonnegative("min_count", min_count)
@@ -130,7 +177,7 @@ class Snapshots:
         rc = r if cell_radius is None else check_epsilon(cell_radius, "cell_radius")
         unit = cell_unit(rc, n)
         sens = cell_sensitivity(rc, unit, self._dim)
-        rng, seed_record = rng_and_record(seed)
+        rng, seed_record = rng_and_record(seed)  # a seed is recorded only if passed
         ctx = self._ledger_call() if self._db is not None else contextlib.nullcontext()
         with self._locked(), ctx:
             if self._db is not None:
@@ -170,8 +217,7 @@ class Snapshots:
             def usage(e: float) -> float:
                 try:
                     plan = plan_release(self._memory, method=method, epsilon=e, delta=dlt,
-                                        steps=T, queries=S.shape[0], seeded=seed is not None,
-                                        **kw)
+                                        steps=T, queries=S.shape[0], noise=mode, **kw)
                 except ValueError:
                     return math.inf
                 plans[e] = plan
@@ -207,11 +253,15 @@ class Snapshots:
             # round 1's centres: the endpoints and the (public) seeds, merged at the
             # merge radius (leader clustering, densest first): post-processing
             centres = first_centres(np.concatenate([Y, S]), mr)
+            if mode == "secure":  # a grid capped so that σ fits the exact sampler
+                unit = cell_unit(rc, n, rho_cell)
+                sens = cell_sensitivity(rc, unit, self._dim)
             sigma = sens / math.sqrt(2.0 * rho_cell)
             groups = centres.shape[0]
             released = []
             for _ in range(R):  # each round: one Gaussian release over disjoint cells
-                noisy, _ = release_cell_round(self._memory, centres, rc, rho_cell, rng)
+                noisy, sigma = release_cell_round(self._memory, centres, rc, rho_cell,
+                                                  rng, noise=mode)
                 released.append((centres, noisy))
                 thr = (default_min_count(sigma / rc, centres.shape[0]) if min_count is None
                        else float(min_count))
@@ -224,7 +274,8 @@ class Snapshots:
                     "dim": self._dim, "epsilon": convert(cell_w, b_delta),
                     "delta": b_delta, "release": "cells",
                     "event": _ledger.event_to_dict(acc_events.GaussianStep(rho_cell)),
-                    "params": {"radius": rc, "sensitivity": sens, "unit": unit,
+                    "params": {"radius": rc, "sensitivity": sens, "noise": mode,
+                               "unit": unit,
                                "round": i + 1, "of": key,
                                "noisy_counts": (v[:, -1] / rc).tolist()}, "privacy": {},
                 }, f"cells:{key}:{len(self._rows)}:{i}", hc[None], np.array([hr]),
@@ -243,17 +294,19 @@ class Snapshots:
                 self._results[len(self._rows) - len(rows)] = dataclasses.replace(
                     res, **dict.fromkeys(DIAGNOSTIC_FIELDS))
             cost = convert(step_w + cell_w * R, b_delta)
+        params = {"method": method if T else "none",
+                  "release": plan.release if T else "none", "steps": T, "rounds": R,
+                  "seeds": int(S.shape[0]), "groups": int(groups), "merge_radius": mr,
+                  "min_count": thr, "count_std": sigma / rc, "cell_radius": rc,
+                  "keep_seeds": bool(keep_seeds), "noise": mode,
+                  "accounting": self._accounting, **{k_: repr(v) for k_, v in kw.items()}}
+        if seed_record is not None:
+            params["seed"] = seed_record
         return Synopsis(
-            attractors=centres, counts=np.rint(counts).astype(np.int64), radius=r, seeds=S,
+            attractors=centres, counts=np.maximum(np.rint(counts), 0).astype(np.int64),
+            radius=r, seeds=S,
             endpoints=Y, epsilon=cost, delta=b_delta, seed_epsilon=eps_q, seed_delta=dlt,
-            cell_rho=rho_cell,
-            params={"method": method if T else "none",
-                    "release": plan.release if T else "none", "steps": T, "rounds": R,
-                    "seeds": int(S.shape[0]), "groups": int(groups), "merge_radius": mr,
-                    "min_count": thr, "count_std": sigma / rc, "cell_radius": rc,
-                    "keep_seeds": bool(keep_seeds),
-                    "accounting": self._accounting,
-                    "seed": seed_record, **{k_: repr(v) for k_, v in kw.items()}})
+            cell_rho=rho_cell, params=params)
 
 
 

@@ -277,8 +277,9 @@ def _add_real(sub) -> None:
 
     p = sub.add_parser(
         "real",
-        help="completion on real data (breast cancer, digits, MNIST PCA) under a total "
-        "budget: per-query BRACE (global / local accounting), global noise, synopsis",
+        help="completion on real data (breast cancer, digits, MNIST PCA and raw) under a "
+        "total budget: per-query BRACE (global / local accounting), global noise, "
+        "synopsis with public seeds and without public data; public-data settings",
         description=real.__doc__.split("\n\n")[0],
     )
     d = real.RealConfig()
@@ -300,10 +301,21 @@ def _add_real(sub) -> None:
     p.add_argument("--repetitions", type=int, default=None, metavar="R",
                    help=f"repetitions (queries, corruption and noise) per cell (default "
                    f"{d.repetitions}; --quick: {q.repetitions})")
+    p.add_argument("--settings", nargs="+", choices=real.SETTINGS, default=None,
+                   metavar="SETTING",
+                   help="public-data settings: split (a public split of the same "
+                   "population, the default), none (no public data), sample (50 public "
+                   "rows), shifted (public rows of classes 0-4 only); the last three "
+                   "run on digits, mnist784 and mnist_rp64 (default: split)")
+    p.add_argument("--methods", nargs="+", choices=real.METHODS, default=None,
+                   metavar="METHOD", help=f"subset of {' '.join(real.METHODS)} (default "
+                   f"{' '.join(d.methods)})")
     p.add_argument("--seed", type=int, default=d.seed,
                    help="seed of the queries, corruption and noise")
     p.add_argument("--split-seed", type=int, default=d.split_seed,
                    help="seed of the bank / public split")
+    p.add_argument("--min-scored", type=int, default=None, metavar="N",
+                   help=f"queries scored per cell at least (default {d.min_scored})")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run_real)
 
@@ -322,6 +334,12 @@ def run_real(args: argparse.Namespace) -> int:
         over["workloads"] = tuple(args.workloads)
     if args.epsilons is not None:
         over["epsilons"] = tuple(args.epsilons)
+    if args.settings is not None:
+        over["settings"] = tuple(dict.fromkeys(args.settings))
+    if args.methods is not None:
+        over["methods"] = tuple(dict.fromkeys(args.methods))
+    if args.min_scored is not None:
+        over["min_scored"] = args.min_scored
     run_real(dataclasses.replace(base, **over), args.out, data_dir=args.data_dir,
              progress=not args.no_progress)
     return 0

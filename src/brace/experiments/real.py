@@ -39,6 +39,29 @@ Methods (``docs/privacy-accounting.md``):
 * ``public_only``: noiseless LSR over the seed pool alone (ε = 0; its radius is sized by
   the same rule for the seed pool's size): what public data give without the bank.
 
+**Public-data settings** (``settings``; ``docs/experiments.md`` §6.1). ``"split"`` is
+the setting above (a public split of the same population). The others run on the data
+sets with a public domain (:data:`~brace.experiments.real_data.DOMAINS`: digits and raw
+MNIST, ``mnist784``), with the same bank and query pool; only what counts as public
+changes:
+
+* ``"none"``: no public data at all. ``synopsis_private`` is the synopsis without seeds
+  (``pm.snapshot(bounds=domain)``, ``docs/privacy-accounting.md`` §15); per-query
+  methods take their radius from the private scale of a synopsis without seeds at
+  ``(ε/5, δ/2)`` and spend ``(4ε/5, δ/2)`` on the queries; ``public_only`` is the query
+  itself (nothing is released and nothing public is known); no public-seeded synopsis.
+* ``"sample"``: the first :data:`SAMPLE_SIZE` (50) rows of the seed pool;
+* ``"shifted"``: the seed-pool rows of the classes below :data:`SHIFT_CLASSES` (0–4): a
+  public set from another class mix, half the classes missing.
+
+In ``"sample"`` and ``"shifted"`` the public rows are the memory of ``public_only`` (at
+the gate size of :data:`GATES` that scores best on the queries themselves: an oracle
+choice in the floor's favour), the
+k-means centres of the public-seeded ``synopsis`` (two per public class, at most half
+the rows) and the source of the radii (:func:`~brace.experiments.real_data.public_radius`
+on the public rows alone); ``T = 1`` (:data:`NEW_SETTING_STEPS`) in the three new
+settings. ``synopsis_private`` does not read public data in any setting.
+
 When nothing is affordable (``ε_q = 0``) no release is made and the completion is the
 query itself (counted in ``refused``). A cell with ``Q`` below ``min_scored`` scores
 ``ceil(min_scored / Q)`` independent workloads, each with its own fresh budget, so that
@@ -47,7 +70,8 @@ draws its own queries, corruption and noise.
 
 Outputs (atomic, in ``--out``): ``results.jsonl`` (one line per (dataset, Q, ε, method)
 cell with its R repetitions, the config and versions; a rerun skips cells already there),
-``summary.json``, ``table.txt`` (markdown), ``accuracy.png``, ``mse.png``.
+``summary.json``, ``table.txt`` (markdown), ``accuracy.png``, ``mse.png`` and, when a
+setting other than ``"split"`` ran, ``settings.png``.
 """
 
 from __future__ import annotations
@@ -81,17 +105,23 @@ from ._common import (
     read_resumable,
     save_figure,
 )
-from .real_data import NAMES, RealData, corrupt, load_real, public_radius
+from .real_data import DOMAINS, NAMES, RealData, corrupt, load_real, public_radius
 
-__all__ = ["RealConfig", "QUICK", "METHODS", "run_real", "format_table"]
+__all__ = ["RealConfig", "QUICK", "METHODS", "SETTINGS", "run_real", "format_table"]
 
 _FORMAT = "brace-real/1"
 HORIZONS = (1, 3)  # T tried on public data (when RealConfig.steps is None)
 GATES = (4.0, 8.0, 16.0, 32.0)  # gate sizes tried on public data (target_gate None)
 
 #: Methods in table order; the last two are not private releases.
-METHODS = ("brace_global", "brace_local", "global_noise", "synopsis", "noiseless",
-           "public_only")
+METHODS = ("brace_global", "brace_local", "global_noise", "synopsis", "synopsis_private",
+           "noiseless", "public_only")
+#: Public-data settings (module docstring); "split" is the original setting.
+SETTINGS = ("split", "none", "sample", "shifted")
+SAMPLE_SIZE = 50  # rows of the "sample" setting's public data
+SHIFT_CLASSES = 5  # the "shifted" setting's public rows are of the classes below this
+NEW_SETTING_STEPS = 1  # T of the per-query methods in the settings other than "split"
+NONE_SCALE_SHARE = 0.2  # "none": share of ε (and half of δ) spent on the private radius
 PER_QUERY = {  # method -> (release method, accounting)
     "brace_global": ("brace", "global"),
     "brace_local": ("brace", "local"),
@@ -102,11 +132,16 @@ LABELS = {
     "brace_local": "BRACE, local acct.",
     "global_noise": "global noise",
     "synopsis": "synopsis",
+    "synopsis_private": "synopsis, no public data",
     "noiseless": "noiseless (NOT private)",
     "public_only": "public seeds only",
 }
 _DS_CODE = {name: i + 1 for i, name in enumerate(NAMES)}
 _METHOD_CODE = {m: i + 1 for i, m in enumerate(METHODS)}
+_SETTING_CODE = {s_: i for i, s_ in enumerate(SETTINGS)}  # "split": 0 (no extra entropy)
+_DEFAULT_DATASETS = ("breast_cancer", "digits", "mnist16", "mnist64")
+_DEFAULT_METHODS = ("brace_global", "brace_local", "global_noise", "synopsis", "noiseless",
+                    "public_only")
 
 
 @dataclass(frozen=True)
@@ -119,10 +154,11 @@ class RealConfig:
     draws what an uninterrupted one would); ``split_seed`` the bank/public split.
     """
 
-    datasets: tuple[str, ...] = NAMES
+    datasets: tuple[str, ...] = _DEFAULT_DATASETS
     workloads: tuple[int, ...] = (1, 10, 100, 1000)
     epsilons: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
-    methods: tuple[str, ...] = METHODS
+    methods: tuple[str, ...] = _DEFAULT_METHODS
+    settings: tuple[str, ...] = ("split",)
     delta: float = 1e-5
     steps: int | None = None
     repetitions: int = 3
@@ -152,6 +188,11 @@ class RealConfig:
             if m not in METHODS:
                 raise ValueError(f"methods: unknown method {m!r}; expected some of "
                                  f"{', '.join(METHODS)}.")
+        _nonempty_unique("settings", self.settings)
+        for st_ in self.settings:
+            if st_ not in SETTINGS:
+                raise ValueError(f"settings: unknown setting {st_!r}; expected some of "
+                                 f"{', '.join(SETTINGS)}.")
         check_delta(self.delta)
         if self.steps is not None:
             check_int_at_least("steps", self.steps, 1)
@@ -192,7 +233,7 @@ QUICK = RealConfig(workloads=(10, 100), epsilons=(1.0, 8.0), repetitions=1, min_
 def _run_hash(cfg: RealConfig) -> str:
     """Hash of everything that changes a cell's numbers (not the grid or the method list)."""
     d = cfg.to_dict()
-    for k in ("datasets", "workloads", "epsilons", "methods", "quick"):
+    for k in ("datasets", "workloads", "epsilons", "methods", "settings", "quick"):
         d.pop(k)
     blob = json.dumps({"format": _FORMAT, "config": d}, sort_keys=True,
                       separators=(",", ":"))
@@ -201,23 +242,37 @@ def _run_hash(cfg: RealConfig) -> str:
 
 def _key(rec: dict) -> tuple:
     e = rec["epsilon_total"]
-    return (rec["dataset"], int(rec["n_queries"]), None if e is None else float(e),
-            rec["method"])
+    return (rec["dataset"], rec.get("setting", "split"), int(rec["n_queries"]),
+            None if e is None else float(e), rec["method"])
 
 
 def _has_eps(method: str) -> bool:
     return method not in ("noiseless", "public_only")
 
 
+def _applies(ds: str, setting: str, method: str) -> bool:
+    """Whether a (data set, setting, method) cell exists: the settings other than
+    "split" need a public domain; "none" has no public seeds and no public radius for the
+    noiseless ceiling."""
+    if setting != "split" and ds not in DOMAINS:
+        return False
+    if method == "synopsis_private" and ds not in DOMAINS:
+        return False
+    return not (setting == "none" and method in ("synopsis", "noiseless"))
+
+
 def _grid(cfg: RealConfig, datasets: tuple[str, ...]) -> list[tuple]:
     keys = []
     for ds in datasets:
-        for Q in cfg.workloads:
-            for m in cfg.methods:
-                if _has_eps(m):
-                    keys += [(ds, int(Q), float(e), m) for e in cfg.epsilons]
-                else:
-                    keys.append((ds, int(Q), None, m))
+        for st_ in cfg.settings:
+            for Q in cfg.workloads:
+                for m in cfg.methods:
+                    if not _applies(ds, st_, m):
+                        continue
+                    if _has_eps(m):
+                        keys += [(ds, st_, int(Q), float(e), m) for e in cfg.epsilons]
+                    else:
+                        keys.append((ds, st_, int(Q), None, m))
     return keys
 
 
@@ -259,6 +314,7 @@ class _Prepared:
     centres: np.ndarray  # public k-means centres of the seed pool: the synopsis's seeds
     cell_radius: float  # the synopsis's cells: 32 memories per gate on clean public data
     seeds: np.ndarray
+    seed_labels: np.ndarray
     pool: np.ndarray
     pool_labels: np.ndarray
     mem: LSRMemory
@@ -287,7 +343,9 @@ def _prepare(cfg: RealConfig, data: RealData) -> _Prepared:
         data=data, radius=r, radius_public=r_pub, steps=T, target_gate=tg,
         public_accuracy=score, centres=np.asarray(centres, dtype=np.float64),
         cell_radius=public_radius(data.public, n_bank=n, target_gate=32.0),
-        seeds=np.asarray(data.public[seeds]), pool=np.asarray(data.public[pool_idx]),
+        seeds=np.asarray(data.public[seeds]),
+        seed_labels=np.asarray(data.public_labels[seeds]),
+        pool=np.asarray(data.public[pool_idx]),
         pool_labels=np.asarray(data.public_labels[pool_idx]),
         mem=LSRMemory(data.bank, radius=r),
         public_mem=LSRMemory(np.asarray(data.public[seeds]), radius=r_pub),
@@ -317,6 +375,52 @@ def _select(cfg: RealConfig, data: RealData, seeds: np.ndarray, pool: np.ndarray
             if acc > best[0] + 1e-12:
                 best = (acc, T, tg)
     return int(best[1]), float(best[2]), float(best[0])
+
+
+@dataclass
+class _Public:
+    """What one setting makes public (module docstring): rows (None: nothing), the
+    per-query radius and horizon, the synopsis's seeds and cell radius, the memory of
+    ``public_only``."""
+
+    setting: str
+    rows: np.ndarray | None
+    radius: float | None
+    steps: int
+    centres: np.ndarray | None
+    cell_radius: float | None
+    public_mem: LSRMemory | None
+
+
+def _public(cfg: RealConfig, prep: _Prepared, setting: str) -> _Public:
+    """The public side of ``setting`` for a prepared data set."""
+    if setting == "split":
+        return _Public("split", prep.seeds, prep.radius, prep.steps, prep.centres,
+                       prep.cell_radius, prep.public_mem)
+    T = NEW_SETTING_STEPS
+    if setting == "none":
+        return _Public("none", None, None, T, None, None, None)
+    S, lab = prep.seeds, prep.seed_labels
+    if setting == "sample":
+        P, PL = S[:SAMPLE_SIZE], lab[:SAMPLE_SIZE]
+    else:  # "shifted": another class mix, half the classes missing
+        keep = lab < SHIFT_CLASSES
+        P, PL = S[keep], lab[keep]
+    data, n = prep.data, prep.data.bank.shape[0]
+    rng = np.random.default_rng(_ss(cfg.split_seed, _DS_CODE[data.name], 8,
+                                    _SETTING_CODE[setting]))
+    probe = corrupt(P, noise=cfg.noise * data.feature_scale, mask=cfg.mask, rng=rng)
+    tg = 32.0 if cfg.target_gate is None else cfg.target_gate
+    r = public_radius(P, n_bank=n, target_gate=tg, queries=probe)
+    r_pub = public_radius(P, n_bank=P.shape[0], target_gate=min(tg, P.shape[0] - 1),
+                          queries=probe)
+    from sklearn.cluster import KMeans
+
+    k = min(2 * int(np.unique(PL).size), P.shape[0] // 2)
+    centres = KMeans(k, n_init=4, random_state=cfg.split_seed).fit(P).cluster_centers_
+    return _Public(setting, P, r, T, np.asarray(centres, dtype=np.float64),
+                   public_radius(P, n_bank=n, target_gate=32.0),
+                   LSRMemory(P, radius=r_pub))
 
 
 @dataclass
@@ -353,54 +457,108 @@ def _score(prep: _Prepared, y: np.ndarray, labels: np.ndarray, z: np.ndarray
 # --------------------------------------------------------------------------- methods
 
 
-def _per_query(cfg, prep, qs: _Queries, Q, eps_total, method, rep) -> dict:
+def _per_query(cfg, prep, pub: _Public, qs: _Queries, Q, eps_total, method, rep,
+               scale_cache) -> dict:
     rel, acct = PER_QUERY[method]
     q_all = qs.q[rep]
     y = np.empty_like(q_all)
     eps_used, spent, refused = [], [], 0
     eps_global = None
+    code = _SETTING_CODE[pub.setting]
+    extra = () if code == 0 else (code,)  # "split" draws what it always drew
+    budget, radius, info = (eps_total, cfg.delta), pub.radius, {}
+    if pub.setting == "none":  # the radius is a private choice, paid from the budget
+        s_ = _scale(cfg, prep, eps_total, rep, scale_cache)
+        radius = s_["radius"]
+        budget = ((1.0 - NONE_SCALE_SHARE) * eps_total, cfg.delta / 2)
+        info = {"radius": radius, "scale_epsilon": s_["spent"]}
+    mem = prep.mem if pub.setting == "split" else LSRMemory(prep.data.bank, radius=radius)
     for w in range(qs.W):
         q = q_all[w * Q:(w + 1) * Q]
-        pm = PrivateMemory(prep.mem, budget=(eps_total, cfg.delta), accounting=acct)
+        pm = PrivateMemory(mem, budget=budget, accounting=acct)
         if acct == "global" and eps_global is not None:
             eps_q = eps_global  # a fresh global budget prices Q queries wherever they are
+        elif acct == "global" and pub.setting != "split":  # the global price, directly
+            eps_q = float(pm.recommend(Q, steps=pub.steps).per_query_epsilon) * (1 - 2e-3)
+            eps_global = eps_q
         else:
-            eps_q = float(pm.affordable_epsilon(q, steps=prep.steps, method=rel))
+            eps_q = float(pm.affordable_epsilon(q, steps=pub.steps, method=rel))
             eps_global = eps_q if acct == "global" else None
         eps_used.append(eps_q)
         if eps_q > 0:
             seed = _ss(cfg.seed, _DS_CODE[prep.data.name], Q, _milli(eps_total), rep,
-                       _METHOD_CODE[method], w)
-            y[w * Q:(w + 1) * Q] = pm.retrieve(q, steps=prep.steps, epsilon=eps_q,
+                       _METHOD_CODE[method], w, *extra)
+            y[w * Q:(w + 1) * Q] = pm.retrieve(q, steps=pub.steps, epsilon=eps_q,
                                                method=rel, seed=seed).final
         else:
             y[w * Q:(w + 1) * Q] = q  # nothing released: the (public) query itself
             refused += Q
-        spent.append(float(pm.spent))
+        spent.append(float(pm.spent) + info.get("scale_epsilon", 0.0))
     return {"y": y, "epsilon_per_query": float(np.mean(eps_used)),
             "epsilon_spent": float(np.mean(spent)), "refused": refused,
-            "accounting": acct, "release_method": rel}
+            "accounting": acct, "release_method": rel, **info}
 
 
-def _synopsis(cfg, prep, eps_total, rep, cache) -> dict:
-    key = (prep.data.name, float(eps_total), rep)
+def _scale(cfg, prep, eps_total, rep, cache) -> dict:
+    """Setting "none": the per-query radius, the private scale of a synopsis without
+    seeds at ``(NONE_SCALE_SHARE·ε, δ/2)`` (one draw per (ε, repetition), reused by the
+    workloads of that repetition: each workload's budget pays for its own draw)."""
+    key = ("scale", prep.data.name, float(eps_total), rep)
+    if key not in cache:
+        lo, hi = DOMAINS[prep.data.name]
+        pm = PrivateMemory(prep.data.bank, radius=1.0,
+                           budget=(NONE_SCALE_SHARE * eps_total, cfg.delta / 2),
+                           accounting="global")
+        seed = _ss(cfg.seed, _DS_CODE[prep.data.name], 0, _milli(eps_total), rep, 99)
+        syn = pm.snapshot(bounds=(lo, hi), seed=seed)
+        cache[key] = {"radius": float(syn.params["scale"]), "spent": float(pm.spent)}
+    return cache[key]
+
+
+def _synopsis(cfg, prep, pub: _Public, eps_total, rep, cache, private=False) -> dict:
+    setting = "any" if private else pub.setting
+    key = (prep.data.name, setting, float(eps_total), rep)
     if key not in cache:
         t0 = time.perf_counter()
         pm = PrivateMemory(prep.mem, budget=(eps_total, cfg.delta), accounting="global")
+        code = 0 if private else _SETTING_CODE[pub.setting]
         seed = _ss(cfg.seed, _DS_CODE[prep.data.name], 0, _milli(eps_total), rep,
-                   _METHOD_CODE["synopsis"])
-        # cell rounds from the public centres (no trajectories), cells of the clean
-        # public radius, a centre without enough noisy mass kept where it is
-        syn = pm.snapshot(prep.centres, epsilon=None, seed=seed,
-                          cell_radius=prep.cell_radius,
-                          merge_radius=prep.cell_radius / 2, keep_seeds=True)
+                   _METHOD_CODE["synopsis_private" if private else "synopsis"],
+                   *(() if code == 0 else (code,)))
+        if private:  # no public data: seeds found inside the public domain
+            syn = pm.snapshot(bounds=DOMAINS[prep.data.name], epsilon=None, seed=seed)
+        else:
+            # cell rounds from the public centres (no trajectories), cells of the clean
+            # public radius, a centre without enough noisy mass kept where it is
+            syn = pm.snapshot(pub.centres, epsilon=None, seed=seed,
+                              cell_radius=pub.cell_radius,
+                              merge_radius=pub.cell_radius / 2, keep_seeds=True)
         cache[key] = {"syn": syn, "spent": float(pm.spent),
                       "build_s": time.perf_counter() - t0,
                       "n_attractors": int(np.asarray(syn.attractors).shape[0])}
     return cache[key]
 
 
-def _cell(cfg, prep, qs: _Queries, Q, eps, method, syn_cache, common) -> dict:
+def _best_floor(prep, pub: _Public, q: np.ndarray, labels: np.ndarray
+                ) -> tuple[np.ndarray, float]:
+    """The public-only completion over the setting's public rows at the gate size (of
+    :data:`GATES`) that scores best on the queries themselves: an oracle choice in the
+    floor's favour (so a private method that beats it beats any gate size)."""
+    P = pub.rows
+    best: tuple[float, np.ndarray | None, float] = (-1.0, None, 0.0)
+    for tg in GATES:
+        r = public_radius(P, n_bank=P.shape[0], target_gate=min(tg, P.shape[0] - 1),
+                          queries=q)
+        y = LSRMemory(P, radius=r).retrieve(q, pub.steps)[:, -1]
+        a = float(np.mean(_nearest_labels(y, prep.data.bank, prep.data.bank_labels)
+                          == labels))
+        if a > best[0]:
+            best = (a, y, tg)
+    return best[1], best[2]
+
+
+def _cell(cfg, prep, pub: _Public, qs: _Queries, Q, eps, method, syn_cache,
+          common) -> dict:
     t0 = time.perf_counter()
     accs, mses, extra = [], [], {}
     per_rep: list[dict] = []
@@ -408,17 +566,24 @@ def _cell(cfg, prep, qs: _Queries, Q, eps, method, syn_cache, common) -> dict:
         q, labels, z = qs.q[rep], qs.labels[rep], qs.z[rep]
         info: dict[str, Any] = {}
         if method == "noiseless":
-            y = z
+            y = z if pub.setting == "split" else LSRMemory(
+                prep.data.bank, radius=pub.radius).retrieve(q, pub.steps)[:, -1]
             info["query_accuracy"] = _score(prep, q, labels, z)[0]
         elif method == "public_only":
-            y = prep.public_mem.retrieve(q, prep.steps)[:, -1]
-        elif method == "synopsis":
-            s = _synopsis(cfg, prep, eps, rep, syn_cache)
-            y = np.asarray(s["syn"].complete(q))
-            info = {"epsilon_spent": s["spent"], "build_s": s["build_s"],
-                    "n_attractors": s["n_attractors"]}
+            if pub.public_mem is None:
+                y = q  # "none": nothing public, nothing released: the query itself
+            elif pub.setting == "split":
+                y = pub.public_mem.retrieve(q, pub.steps)[:, -1]
+            else:  # the floor at its best gate size on these very queries (favours it)
+                y, info["floor_gate"] = _best_floor(prep, pub, q, labels)
+        elif method in ("synopsis", "synopsis_private"):
+            s_ = _synopsis(cfg, prep, pub, eps, rep, syn_cache,
+                           private=method == "synopsis_private")
+            y = np.asarray(s_["syn"].complete(q))
+            info = {"epsilon_spent": s_["spent"], "build_s": s_["build_s"],
+                    "n_attractors": s_["n_attractors"]}
         else:
-            r = _per_query(cfg, prep, qs, Q, eps, method, rep)
+            r = _per_query(cfg, prep, pub, qs, Q, eps, method, rep, syn_cache)
             y = r.pop("y")
             info = r
         acc, mse = _score(prep, y, labels, z)
@@ -434,21 +599,23 @@ def _cell(cfg, prep, qs: _Queries, Q, eps, method, syn_cache, common) -> dict:
             "accounting": PER_QUERY[method][1],
             "release_method": PER_QUERY[method][0],
         }
-    elif method == "synopsis":
+    elif method in ("synopsis", "synopsis_private"):
         extra = {"epsilon_per_query": None,
                  "epsilon_spent": float(np.mean([p["epsilon_spent"] for p in per_rep])),
                  "n_attractors": float(np.mean([p["n_attractors"] for p in per_rep])),
-                 "accounting": "global", "n_seeds": int(prep.centres.shape[0]),
-                 "cell_radius": prep.cell_radius}
+                 "accounting": "global"}
+        if method == "synopsis":
+            extra.update(n_seeds=int(pub.centres.shape[0]), cell_radius=pub.cell_radius)
     elif method == "noiseless":
         extra = {"query_accuracy": _stats([p["query_accuracy"] for p in per_rep])}
     return {
         **common,
-        "dataset": prep.data.name, "n_queries": int(Q), "epsilon_total": eps,
-        "method": method, "label": LABELS[method],
+        "dataset": prep.data.name, "setting": pub.setting, "n_queries": int(Q),
+        "epsilon_total": eps, "method": method, "label": LABELS[method],
         "private": method not in ("noiseless", "public_only"),
         "workloads_scored": qs.W, "queries_scored": qs.W * int(Q),
-        "radius": prep.radius, "steps": prep.steps, "target_gate": prep.target_gate,
+        "radius": pub.radius, "steps": pub.steps, "target_gate": prep.target_gate,
+        "n_public": None if pub.rows is None else int(pub.rows.shape[0]),
         "public_selection_accuracy": prep.public_accuracy, "delta": cfg.delta,
         "accuracy": _stats(accs), "mse": _stats(mses), **extra,
         "repetitions": per_rep, "wall_time_s": time.perf_counter() - t0,
@@ -520,21 +687,26 @@ def run_real(
     try:
         for name in loaded:
             syn_cache: dict = {}
+            pubs: dict[str, _Public] = {}
             for Q in cfg.workloads:
-                cells = [k for k in todo if k[0] == name and k[1] == int(Q)]
+                cells = [k for k in todo if k[0] == name and k[2] == int(Q)]
                 if not cells:
                     continue
                 if name not in prepared:
                     prepared[name] = _prepare(cfg, loaded[name])
                 prep = prepared[name]
                 qs = _queries(cfg, prep, int(Q))
-                for _, _, eps, method in cells:
-                    rec = _cell(cfg, prep, qs, int(Q), eps, method, syn_cache, common)
+                for _, setting, _, eps, method in cells:
+                    if setting not in pubs:
+                        pubs[setting] = _public(cfg, prep, setting)
+                    rec = _cell(cfg, prep, pubs[setting], qs, int(Q), eps, method,
+                                syn_cache, common)
                     append_jsonl(results_path, [rec])  # atomic: a finished cell survives
                     n_new += 1
                     if bar is not None:
                         bar.update(1)
-                        bar.set_postfix(data=name, Q=Q, eps=eps, method=method)
+                        bar.set_postfix(data=name, setting=setting, Q=Q, eps=eps,
+                                        method=method)
     finally:
         if bar is not None:
             bar.close()
@@ -564,6 +736,7 @@ def run_real(
     text = format_table(summary, cfg)
     print(text)
     _figures(cfg, summary, out_dir)
+    _settings_figure(cfg, summary, out_dir)
     atomic_write_text(out_dir / "table.txt", text + "\n")
     write_json(out_dir / "summary.json", summary)
     print(f"wrote {out_dir}/results.jsonl ({len(records)} cells, {n_new} new), "
@@ -572,13 +745,17 @@ def run_real(
 
 
 def _cells_summary(records: list[dict]) -> list[dict]:
-    keep = ("dataset", "n_queries", "epsilon_total", "method", "label", "private",
-            "accuracy", "mse", "epsilon_per_query", "epsilon_spent", "refused_fraction",
-            "queries_scored", "wall_time_s", "query_accuracy", "n_attractors")
+    keep = ("dataset", "setting", "n_queries", "epsilon_total", "method", "label",
+            "private", "accuracy", "mse", "epsilon_per_query", "epsilon_spent",
+            "refused_fraction", "queries_scored", "wall_time_s", "query_accuracy",
+            "n_attractors", "n_public")
     out = [{k: r[k] for k in keep if k in r} for r in records]
+    for c, r in zip(out, records, strict=True):
+        c.setdefault("setting", "split")
+        c["accuracy_sd"] = float(np.std([p["accuracy"] for p in r["repetitions"]]))
     order = {m: i for i, m in enumerate(METHODS)}
-    return sorted(out, key=lambda c: (NAMES.index(c["dataset"]), c["n_queries"],
-                                      order[c["method"]], c["epsilon_total"] or 0.0))
+    return sorted(out, key=lambda c: (NAMES.index(c["dataset"]), SETTINGS.index(
+        c["setting"]), c["n_queries"], order[c["method"]], c["epsilon_total"] or 0.0))
 
 
 # --------------------------------------------------------------------------- table
@@ -586,7 +763,8 @@ def _cells_summary(records: list[dict]) -> list[dict]:
 
 def format_table(summary: dict, cfg: RealConfig) -> str:
     """Markdown: accuracy (MSE) per (dataset, Q, method) row and ε_total column."""
-    cells = summary["cells"]
+    every = summary["cells"]
+    cells = [c for c in every if c.get("setting", "split") == "split"]
     eps = sorted(float(e) for e in cfg.epsilons)
     idx = {(c["dataset"], c["n_queries"], c["epsilon_total"], c["method"]): c
            for c in cells}
@@ -631,13 +809,82 @@ def format_table(summary: dict, cfg: RealConfig) -> str:
                     row.append("" if c is None else f"{c['epsilon_per_query']:.3g}")
                 if any(row):
                     lines.append(f"| {ds} | {Q} | {LABELS[m]} | " + " | ".join(row) + " |")
+    other = [c for c in every if c.get("setting", "split") != "split"]
+    if other:
+        lines += ["", settings_table(other, eps), "", beats_floor_table(every, eps)]
+    return "\n".join(lines)
+
+
+def settings_table(cells: list[dict], eps: list[float]) -> str:
+    """Markdown: label accuracy ± its sd over repetitions, per (data set, setting, Q,
+    method) row and ε_total column (the settings other than "split")."""
+    idx = {(c["dataset"], c["setting"], c["n_queries"], c["epsilon_total"], c["method"]): c
+           for c in cells}
+    lines = ["Public-data settings (none / sample of 50 rows / shifted: classes 0-4 "
+             "only): label accuracy ± sd over repetitions",
+             "",
+             "| data | setting | Q | method | " + " | ".join(f"ε={e:g}" for e in eps) + " |",
+             "|---|---|---:|---|" + "---:|" * len(eps)]
+    keys = sorted({(c["dataset"], c["setting"], c["n_queries"]) for c in cells},
+                  key=lambda k: (NAMES.index(k[0]), SETTINGS.index(k[1]), k[2]))
+    for ds, st_, Q in keys:
+        for m in METHODS:
+            if _has_eps(m):
+                row = [idx.get((ds, st_, Q, e, m)) for e in eps]
+            else:
+                row = [idx.get((ds, st_, Q, None, m))] * len(eps)
+            if not any(row):
+                continue
+            txt = ["" if c is None else f"{c['accuracy']['mean']:.3f} ± "
+                   f"{c.get('accuracy_sd', 0.0):.3f}" for c in row]
+            label = "releases nothing (the query)" if (m, st_) == ("public_only", "none") \
+                else LABELS[m]
+            lines.append(f"| {ds} | {st_} | {Q} | {label} | " + " | ".join(txt) + " |")
+    return "\n".join(lines)
+
+
+def beats_floor(priv: dict, floor: dict) -> bool:
+    """The private method beats the public-only floor by more than its run-to-run
+    spread: the difference of the means exceeds the larger of the two standard
+    deviations over repetitions."""
+    gap = priv["accuracy"]["mean"] - floor["accuracy"]["mean"]
+    return gap > max(priv.get("accuracy_sd", 0.0), floor.get("accuracy_sd", 0.0))
+
+
+def beats_floor_table(cells: list[dict], eps: list[float]) -> str:
+    """Per data set and setting with public data: in how many (Q, ε ≥ 1) cells each
+    synopsis beats ``public_only`` by more than the spread (:func:`beats_floor`)."""
+    idx = {(c["dataset"], c.get("setting", "split"), c["n_queries"], c["epsilon_total"],
+            c["method"]): c for c in cells}
+    lines = ["Private beats public-only (ε ≥ 1): cells where the synopsis's mean accuracy "
+             "exceeds public_only's by more than the larger sd over repetitions",
+             "", "| data | setting | synopsis, no public data | synopsis, public seeds |",
+             "|---|---|---:|---:|"]
+    groups = sorted({(c["dataset"], c.get("setting", "split")) for c in cells
+                     if c.get("setting", "split") != "none"},
+                    key=lambda k: (NAMES.index(k[0]), SETTINGS.index(k[1])))
+    for ds, st_ in groups:
+        out = []
+        for m in ("synopsis_private", "synopsis"):
+            won = tot = 0
+            for (d_, s_, Q, e, m_), c in idx.items():
+                if (d_, s_, m_) != (ds, st_, m) or e is None or e < 1.0:
+                    continue
+                fl = idx.get((ds, st_, Q, None, "public_only"))
+                if fl is None:
+                    continue
+                tot += 1
+                won += beats_floor(c, fl)
+            out.append(f"{won}/{tot}" if tot else "—")
+        lines.append(f"| {ds} | {st_} | " + " | ".join(out) + " |")
     return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- figures
 
 _COLOR = {"brace_global": "tab:blue", "brace_local": "tab:purple",
-          "global_noise": "tab:green", "synopsis": "tab:orange"}
+          "global_noise": "tab:green", "synopsis": "tab:orange",
+          "synopsis_private": "tab:red"}
 
 
 def _figures(cfg: RealConfig, summary: dict, out_dir: Path) -> None:
@@ -645,7 +892,7 @@ def _figures(cfg: RealConfig, summary: dict, out_dir: Path) -> None:
     one line per (method, Q) (the synopsis once, at the largest Q: its cost does not
     depend on Q); noiseless dashed, public-only dotted."""
     plt = pyplot()
-    cells = summary["cells"]
+    cells = [c for c in summary["cells"] if c.get("setting", "split") == "split"]
     names = list(summary["datasets"])
     Qs = sorted({c["n_queries"] for c in cells})
     alphas = {Q: 0.35 + 0.65 * (i + 1) / len(Qs) for i, Q in enumerate(Qs)}
@@ -656,14 +903,16 @@ def _figures(cfg: RealConfig, summary: dict, out_dir: Path) -> None:
                                  squeeze=False)
         for ax, ds in zip(axes[0], names, strict=True):
             mine = [c for c in cells if c["dataset"] == ds]
-            for m in ("brace_global", "brace_local", "global_noise", "synopsis"):
-                for Q in (Qs if m != "synopsis" else Qs[-1:]):
+            for m in ("brace_global", "brace_local", "global_noise", "synopsis",
+                      "synopsis_private"):
+                for Q in (Qs if not m.startswith("synopsis") else Qs[-1:]):
                     pts = sorted((c["epsilon_total"], c[field]["mean"]) for c in mine
                                  if c["method"] == m and c["n_queries"] == Q)
                     if not pts:
                         continue
                     x, y = zip(*pts, strict=True)
-                    lab = f"{LABELS[m]}, Q={Q}" if m != "synopsis" else "synopsis (any Q)"
+                    lab = (f"{LABELS[m]}, Q={Q}" if not m.startswith("synopsis")
+                           else f"{LABELS[m]} (any Q)")
                     ax.plot(x, y, color=_COLOR[m], alpha=alphas[Q], marker=markers[Q],
                             ms=3.5, lw=1.3, label=lab)
             if field == "accuracy":
@@ -685,3 +934,50 @@ def _figures(cfg: RealConfig, summary: dict, out_dir: Path) -> None:
                        bbox_to_anchor=(0.5, 1.0 + 0.03 * math.ceil(len(lab) / 6)))
         fig.tight_layout()
         save_figure(fig, out_dir / fname)
+
+
+def _settings_figure(cfg: RealConfig, summary: dict, out_dir: Path) -> None:
+    """``settings.png`` (when a setting other than "split" ran): label accuracy against
+    ε_total, one row of panels per data set, one panel per setting; the two synopses,
+    per-query BRACE at the largest Q, and public_only (dotted; in "none": the query)."""
+    cells = summary["cells"]
+    keys = sorted({(c["dataset"], c["setting"]) for c in cells},
+                  key=lambda k: (NAMES.index(k[0]), SETTINGS.index(k[1])))
+    if not any(st_ != "split" for _, st_ in keys):
+        return
+    plt = pyplot()
+    names = sorted({k[0] for k in keys}, key=NAMES.index)
+    sets = [st_ for st_ in SETTINGS if any(k[1] == st_ for k in keys)]
+    fig, axes = plt.subplots(len(names), len(sets), figsize=(3.4 * len(sets),
+                                                             2.9 * len(names)),
+                             squeeze=False, sharey="row")
+    for i, ds in enumerate(names):
+        for j, st_ in enumerate(sets):
+            ax = axes[i, j]
+            mine = [c for c in cells if c["dataset"] == ds and c["setting"] == st_]
+            Qmax = max((c["n_queries"] for c in mine), default=None)
+            for m in ("synopsis_private", "synopsis", "brace_global"):
+                pts = sorted((c["epsilon_total"], c["accuracy"]["mean"]) for c in mine
+                             if c["method"] == m and c["n_queries"] == Qmax)
+                if pts:
+                    x, y = zip(*pts, strict=True)
+                    lab = LABELS[m] + (f", Q={Qmax}" if m == "brace_global" else "")
+                    ax.plot(x, y, color=_COLOR[m], marker="o", ms=3, lw=1.3, label=lab)
+            fl = [c["accuracy"]["mean"] for c in mine if c["method"] == "public_only"]
+            if fl:
+                ax.axhline(float(np.mean(fl)), color="k", ls=":", lw=1.2,
+                           label="public only" if st_ != "none" else "the query itself")
+            ax.set_xscale("log")
+            ax.minorticks_off()
+            ticks = sorted(float(e) for e in cfg.epsilons)
+            ax.set_xticks(ticks)
+            ax.set_xticklabels([f"{e:g}" for e in ticks], fontsize=7)
+            ax.set_title(f"{ds}, {st_}", fontsize=9)
+            ax.grid(True, alpha=0.3)
+            if i == len(names) - 1:
+                ax.set_xlabel(f"total ε (δ = {cfg.delta:g})")
+            if j == 0:
+                ax.set_ylabel("label accuracy")
+            ax.legend(fontsize=6, loc="best")
+    fig.tight_layout()
+    save_figure(fig, out_dir / "settings.png")

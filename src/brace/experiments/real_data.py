@@ -20,6 +20,16 @@ Data sets (:data:`NAMES`):
   ``$BRACE_MNIST_DIR``); plain seeded split 5,000 bank / 3,000 public / 2,000 PCA-fit;
   pixels divided by 255, their public range, then projected on the leading ``d``
   principal axes of the **PCA-fit part** (disjoint from both bank and public split).
+* ``"mnist784"``: the same split, raw pixels divided by 255 (no projection): the data
+  set that needs no public data at all (its public domain is ``[0, 1]^784``).
+* ``"mnist_rp64"``: the same split, pixels divided by 255, centred at 0.5 and projected
+  by a **public** seeded Gaussian matrix ``G`` (784 × 64, entries ``N(0, 1/64)``, from
+  the constant seed 784064): nothing is fitted; its public domain is the image of the
+  cube, the box ``±0.5·Σ_j |G_jk|`` per coordinate.
+
+:data:`DOMAINS` gives the public domain (a box) of the sets whose preprocessing is a
+data-independent constant — digits and raw MNIST — the ones a synopsis without public
+data can use (``docs/privacy-accounting.md`` §15).
 
 scikit-learn ships the two small data sets inside the package (no download); it is in
 the ``experiments`` extra.
@@ -37,6 +47,7 @@ from .._validation import as_float_array, check_int_at_least, check_nonnegative,
 
 __all__ = [
     "NAMES",
+    "DOMAINS",
     "FILL_VALUE",
     "RealData",
     "load_real",
@@ -44,7 +55,20 @@ __all__ = [
     "public_radius",
 ]
 
-NAMES = ("breast_cancer", "digits", "mnist16", "mnist64")
+NAMES = ("breast_cancer", "digits", "mnist16", "mnist64", "mnist784", "mnist_rp64")
+
+
+def _projection() -> np.ndarray:
+    """The public random projection of ``mnist_rp64`` (a constant: seed 784064)."""
+    return np.random.default_rng(784064).standard_normal((784, 64)) / 8.0
+
+
+_HALF = 0.5 * np.abs(_projection()).sum(axis=0)
+
+#: The public domain (a box, after the public scaling) of the sets preprocessed by a
+#: constant only; the others are standardised or projected with public data.
+DOMAINS: dict[str, tuple] = {"digits": (0.0, 1.0), "mnist784": (0.0, 1.0),
+                             "mnist_rp64": (-_HALF, _HALF)}
 
 #: The value a masked feature is set to by :func:`corrupt`: the public mean after
 #: standardisation (breast cancer), a blank pixel (digits), the PCA-fit part's mean image
@@ -220,6 +244,29 @@ def _load_mnist(name: str, dim: int, rng: np.random.Generator,
     bank_idx = perm[:n_bank]
     pub_idx = perm[n_bank:n_bank + n_public]
     pca_idx = perm[n_bank + n_public:n_bank + n_public + n_pca]
+    if name == "mnist_rp64":  # a public random projection: nothing fitted
+        G = _projection()
+        return RealData(
+            name=name, bank=_frozen((X[bank_idx] - 0.5) @ G),
+            bank_labels=_frozen(y[bank_idx], np.int64),
+            public=_frozen((X[pub_idx] - 0.5) @ G),
+            public_labels=_frozen(y[pub_idx], np.int64),
+            scale_note=("pixels divided by 255, centred at 0.5 and projected by a public "
+                        "seeded Gaussian matrix (784 x 64, seed 784064); nothing fitted; the "
+                        "fill value 0 is the projected mid-grey image"),
+            split_note=(f"plain seeded permutation of the MNIST test split: {n_bank} bank "
+                        f"/ {n_public} public images, disjoint ({n_pca} unused)"),
+            feature_scale=_feature_scale((X[pub_idx] - 0.5) @ G))
+    if name == "mnist784":  # raw pixels: no projection, nothing fitted
+        return RealData(
+            name=name, bank=_frozen(X[bank_idx]),
+            bank_labels=_frozen(y[bank_idx], np.int64), public=_frozen(X[pub_idx]),
+            public_labels=_frozen(y[pub_idx], np.int64),
+            scale_note=("pixels divided by 255, their public range (a data-independent "
+                        "constant); no projection; the fill value 0 is a blank pixel"),
+            split_note=(f"plain seeded permutation of the MNIST test split: {n_bank} bank "
+                        f"/ {n_public} public images, disjoint ({n_pca} unused)"),
+            feature_scale=_feature_scale(X[pub_idx]))
     mean, comps, share = _pca_axes(X[pca_idx], dim)
     public = (X[pub_idx] - mean) @ comps.T
     bank = (X[bank_idx] - mean) @ comps.T
@@ -243,8 +290,9 @@ def load_real(name: str, *, seed: Any, dim: int | None = None,
 
     Parameters
     ----------
-    name : {"breast_cancer", "digits", "mnist16", "mnist64"}
-        ``"mnist"`` with ``dim`` given is also accepted (any ``1 <= dim <= 784``).
+    name : {"breast_cancer", "digits", "mnist16", "mnist64", "mnist784", "mnist_rp64"}
+        ``"mnist"`` with ``dim`` given is also accepted (any ``1 <= dim <= 784``: the PCA);
+        ``"mnist784"`` is the raw pixels, ``"mnist_rp64"`` a public random projection.
     seed : int, SeedSequence or numpy Generator
         Drives the split (:func:`brace._validation.check_rng`).
     dim : int, optional
@@ -269,6 +317,14 @@ def load_real(name: str, *, seed: Any, dim: int | None = None,
                 raise ValueError(f"{name!r} has d = {native} features; dim = {dim} does "
                                  "not fit (dim applies to the MNIST PCA only).")
         return _load_sklearn(name, rng)
+    if name == "mnist_rp64":
+        if dim is not None and check_int_at_least("dim", dim, 1) != 64:
+            raise ValueError(f"'mnist_rp64' is 64-d; dim = {dim} contradicts it.")
+        return _load_mnist("mnist_rp64", 64, rng, data_dir)
+    if name == "mnist784":
+        if dim is not None and check_int_at_least("dim", dim, 1) != 784:
+            raise ValueError(f"'mnist784' is the raw 784 pixels; dim = {dim} contradicts it.")
+        return _load_mnist("mnist784", 784, rng, data_dir)
     if name in ("mnist16", "mnist64", "mnist"):
         named = None if name == "mnist" else int(name[5:])
         if dim is None:

@@ -1,0 +1,147 @@
+"""A snapshot without public seeds (``PrivateMemory.snapshot(bounds=…)`` with ``seeds``
+None; ``docs/privacy-accounting.md`` §15): priced as one call of the filter — the centre
+release, the radii releases and the Voronoi rounds, every one at the whole space (a row
+anywhere is clipped into the domain and read) — before the bank is read, then run by
+:func:`brace.seeding.private_seeds` and recorded as ``synopsis-cells`` rows."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+from .. import accounting as acc_events
+from .. import ledger as _ledger
+from .._validation import check_epsilon, check_int_at_least
+from ..accounting.filter import convert
+from ..ledger_state import weights
+from ..seeding import SeedingPlan, parse_domain, private_seeds
+from ..synopsis import Synopsis
+from .admission import BudgetExceededError, _largest_fitting
+
+
+def plan_events(plan: SeedingPlan) -> list[float]:
+    """The zCDP of every release of ``plan``, in order: the centre release, then the
+    first radii release, then each round followed by its radii release (none after the
+    last round)."""
+    out = [plan.rho_centre, plan.rho_radii]
+    for t in range(plan.rounds):
+        out.append(plan.rho_round)
+        if t < plan.rounds - 1:
+            out.append(plan.rho_radii)
+    return out
+
+
+def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | None,
+                           rng: np.random.Generator | None, noise: str,
+                           seed_record: Any, rounds: int | None, public_seed: int,
+                           merge_radius: float | None, min_count: float | None,
+                           c_min: float | None = None, k_cap: int = 64) -> Synopsis:
+    """The body of :meth:`PrivateMemory.snapshot` without seeds (the caller validated
+    ``noise`` and the generator; ``pm`` is locked here)."""
+    d = pm._dim
+    domain = parse_domain(bounds, ball, d)
+    R = None if rounds is None else check_int_at_least("rounds", rounds, 1)
+    if isinstance(public_seed, bool) or not isinstance(public_seed, int | np.integer) \
+            or public_seed < 0:
+        raise ValueError(f"public_seed must be an int >= 0; got {public_seed!r}.")
+    mr = None if merge_radius is None else check_epsilon(merge_radius, "merge_radius")
+    mc = None if min_count is None else float(min_count)
+    if mc is not None and not math.isfinite(mc):
+        raise ValueError(f"min_count must be finite; got {min_count!r}.")
+    n, b_delta = pm._fingerprint["shape"][0], pm._budget[1]
+    c0 = domain.centre
+    ctx = pm._db.transaction() if pm._db is not None else contextlib.nullcontext()
+    with pm._locked(), ctx:
+        if pm._db is not None:
+            pm._check_binding(pm._db.meta)
+            pm._sync()
+        total = (max(0.0, pm._budget[0] - convert(pm._worst(()), b_delta))
+                 if epsilon is None else check_epsilon(epsilon))
+        if total <= 0.0:
+            raise BudgetExceededError(
+                "no budget remains for a snapshot. Nothing was released or spent.",
+                spent=pm._budget[0], remaining=0.0, requested_total=math.inf)
+
+        def reserved(rho: float) -> tuple:
+            plan = SeedingPlan.make(rho, n, d, R, c_min=c_min, k_cap=k_cap)
+            w = np.stack([weights(acc_events.GaussianStep(x)) for x in plan_events(plan)])
+            # every release reads every row (clipped into the domain): the whole space
+            return (np.repeat(c0[None], w.shape[0], 0), np.full(w.shape[0], math.inf), w)
+
+        def usage(rho: float) -> float:
+            res = reserved(rho)
+            u = pm._filter.usage(pm._worst((res,), admission=True))
+            if epsilon is not None:  # the snapshot alone within its own epsilon
+                u = max(u, convert(res[2].sum(axis=0), b_delta) / total)
+            return u
+
+        rho = _largest_fitting(usage, 1e-12, 1e6)
+        if rho == 0.0:
+            raise BudgetExceededError(
+                f"no snapshot of {R or 'any number of'} Voronoi rounds fits in what "
+                "remains of the budget. Nothing was released or spent.", spent=pm.spent,
+                remaining=pm.remaining, requested_total=math.inf)
+        plan = SeedingPlan.make(rho, n, d, R, c_min=c_min, k_cap=k_cap)
+        out = private_seeds(pm._memory, domain, plan, noise=noise, rng=rng,
+                            public_seed=int(public_seed), merge_radius=mr, min_count=mc,
+                            n=n)
+        key = hashlib.sha256(json.dumps({"domain": domain.to_dict(), "plan": plan.to_dict(),
+                                         "public_seed": int(public_seed)},
+                                        sort_keys=True).encode()).hexdigest()
+        rows = []
+        for i, rel in enumerate(out["releases"]):
+            C = np.asarray(rel["centres"], dtype=np.float64)
+            v = np.asarray(rel["values"], dtype=np.float64)
+            ev = acc_events.GaussianStep(rel["rho"])
+            params: dict[str, Any] = {"kind": rel["kind"], "round": i + 1, "of": key,
+                                      "sensitivity": rel["sensitivity"],
+                                      "sigma": rel["sigma"], "noise": noise,
+                                      "domain": domain.to_dict()}
+            if rel["kind"] == "radii":  # outputs: the centres (the histogram in params)
+                outputs = np.concatenate([C[:, None, :], np.zeros_like(C)[:, None, :]], 1)
+                params.update(edges=np.asarray(rel["edges"]).tolist(),
+                              noisy_counts=v.tolist())
+            else:  # outputs: each cell's centre and noisy clipped offset sum
+                outputs = np.concatenate([C[:, None, :], v[:, None, :-1]], axis=1)
+                params.update(radius=rel["clip"], unit=rel["unit"],
+                              noisy_counts=(v[:, -1] / rel["clip"]).tolist())
+            rows.append(({
+                "method": _ledger.CELLS_METHOD, "queries": int(C.shape[0]), "steps": 2,
+                "dim": d, "epsilon": convert(weights(ev), b_delta), "delta": b_delta,
+                "release": "cells", "event": _ledger.event_to_dict(ev), "params": params,
+                "privacy": {},
+            }, f"cells:{key}:{len(pm._rows)}:{i}", c0[None], np.array([math.inf]),
+                outputs, None))
+        if pm._db is not None:
+            for k_, row in enumerate(rows):
+                got = pm._db.append(call_key=row[1], record=row[0], outputs=row[4],
+                                    released_counts=None, centres=row[2], radii=row[3])
+                rows[k_] = (got.record, *row[1:])
+        pm._absorb([row[:4] for row in rows])
+        if pm._db is not None:
+            pm._last_id, pm._last_mac = got.id, pm._db.meta["head"]["mac"]
+        total_w = sum(weights(acc_events.GaussianStep(x)) for x in plan_events(plan))
+        cost = convert(total_w, b_delta)
+    counts = np.maximum(np.rint(out["counts"]), 0).astype(np.int64)
+    params = {
+        "seeding": "private", "method": "none", "release": "none", "steps": 0,
+        "rounds": plan.rounds, "c_min": plan.c_min, "domain": domain.to_dict(),
+        "scale": out["scale"],
+        "cell_radius": out["clip"], "merge_radius": out["merge_radius"],
+        "min_count": out["min_count"], "k0": plan.k0, "m_star": plan.m_star,
+        "split_rounds": list(plan.split_rounds), "public_seed": int(public_seed),
+        "rho": plan.rho, "rho_centre": plan.rho_centre, "rho_radii": plan.rho_radii,
+        "groups": plan.k0, "trace": out["trace"], "noise": noise,
+        "accounting": pm._accounting,
+    }
+    if seed_record is not None:
+        params["seed"] = seed_record
+    return Synopsis(
+        attractors=out["attractors"], counts=counts, radius=pm.radius,
+        seeds=np.empty((0, d)), endpoints=np.empty((0, d)), epsilon=cost, delta=b_delta,
+        seed_epsilon=0.0, seed_delta=0.0, cell_rho=plan.rho_round, params=params)

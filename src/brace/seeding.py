@@ -1,0 +1,494 @@
+"""Private seeds: a synopsis without public data (``docs/privacy-accounting.md`` §15,
+``docs/spec.md`` §8.1).
+
+:meth:`brace.PrivateMemory.snapshot` without ``seeds`` finds its own centres inside a
+public domain — a box ``bounds=(lo, hi)`` or a ball ``ball=(centre, radius)`` — by a short
+sequence of private releases, each one Gaussian release over *disjoint* cells (so its
+sensitivity does not grow with the number of cells):
+
+0. every row is first mapped into the domain by a fixed public map (:class:`Domain`:
+   coordinatewise clamping to the box, radial projection onto the ball): nothing about
+   the bank is learnt for free, and a row outside the domain counts as its clipped self;
+1. the **centre release**: one Voronoi round with the single centre ``c₀`` (the domain's
+   centre) and clip ``R₀`` (the domain's radius): the noisy sum of the rows' offsets,
+   hence their mean ``μ`` (``n`` is public for replace-one neighbours);
+2. a **radii release** after each move: the noisy histogram of every row's distance to
+   its nearest current centre on a public geometric grid of radii (L2 sensitivity
+   ``√2``); its median is the private *scale* ``s``: the next round's clip, the merge
+   radius ``s/2`` and the split offset;
+3. ``R`` **Voronoi rounds**: every row joins the cell of its nearest centre (no
+   cut-off); one Gaussian release gives every cell's sum of offsets clipped to norm
+   ``c = s`` (rounded to a public grid) and ``c`` times its count: L2 sensitivity
+   ``2a``, ``a ≈ c`` (Lemma 11). Post-processing moves each centre by its shrunk noisy
+   clipped mean, drops cells whose noisy count is below the threshold, splits (at the
+   public split rounds) every cell whose noisy count can feed two children — the
+   children sit at ``±s/4`` along a public random direction, so a cell that holds two
+   clusters is cut between them — and merges centres closer than ``s/2``.
+
+Round 1 starts from ``k₀`` centres at ``μ`` plus ``s/2`` along public random directions
+(drawn from ``public_seed``). Every public number — the shares of the budget, ``k₀``, the
+split threshold — is a function of ``(ρ, n, d, R)`` only (:class:`SeedingPlan`).
+
+Every statistic is an exact integer (grid units, int64 sums), formed row by row from the
+row and public values only; with ``noise="secure"`` the noise is the exact discrete
+Gaussian from the operating system (:mod:`brace.discrete`), with ``noise="plain"`` a
+numpy Gaussian of the same σ (seeded, reproducible).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from ._exact import noisy_integers
+
+__all__ = [
+    "CENTRE_SHARE",
+    "RADII_SHARE",
+    "Domain",
+    "SeedingPlan",
+    "nearest_centres",
+    "noisy_integers",
+    "parse_domain",
+    "radii_edges",
+    "radii_histogram",
+    "release_radii",
+    "release_voronoi_round",
+    "scale_from_radii",
+    "voronoi_sensitivity",
+    "voronoi_stats",
+    "voronoi_unit",
+]
+
+CENTRE_SHARE = 0.05  # share of the zCDP budget spent on the centre release
+RADII_SHARE = 0.05  # share spent on the R radii releases together (the rest: the rounds)
+RADII_OCTAVES = 12  # the radii grid spans R₀·2^-12 .. R₀
+RADII_PER_OCTAVE = 4
+_TILE = 1 << 22  # entries of one (rows × centres) block
+_U = 2.0 ** -53
+
+
+# --------------------------------------------------------------------------- the domain
+
+
+@dataclasses.dataclass(frozen=True)
+class Domain:
+    """A public domain: a box ``[lo, hi]`` or a ball ``B̄(centre, radius)``.
+
+    ``clip(X)`` is the per-row public map into it (coordinatewise clamping; radial
+    projection onto the ball); ``centre`` ``c₀`` and ``radius`` ``R₀`` bound every
+    clipped row: ``‖clip(x) − c₀‖ ≤ R₀`` (for the box, ``R₀`` is its half-diagonal from
+    the computed centre, rounded up)."""
+
+    kind: str
+    lo: np.ndarray | None
+    hi: np.ndarray | None
+    centre: np.ndarray
+    radius: float
+
+    def clip(self, X: np.ndarray) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float64)
+        if self.kind == "box":
+            return np.minimum(np.maximum(X, self.lo), self.hi)
+        off = X - self.centre
+        with np.errstate(over="ignore", invalid="ignore"):
+            nrm = np.sqrt((off * off).sum(axis=1))
+        if not np.all(np.isfinite(nrm)):  # a row far beyond float64's range of squares
+            big = ~np.isfinite(nrm)
+            m = np.abs(off[big]).max(axis=1, keepdims=True)
+            nrm[big] = m[:, 0] * np.sqrt(((off[big] / m) ** 2).sum(axis=1))
+        f = np.where(nrm > self.radius, self.radius / np.maximum(nrm, 1e-300), 1.0)
+        return self.centre + off * f[:, None]
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.kind == "box":
+            return {"kind": "box", "lo": self.lo.tolist(), "hi": self.hi.tolist()}
+        return {"kind": "ball", "centre": self.centre.tolist(), "radius": self.radius}
+
+
+def parse_domain(bounds: Any, ball: Any, dim: int) -> Domain:
+    """The public domain of a snapshot without seeds: ``bounds=(lo, hi)`` (scalars or
+    arrays of length ``d``, finite, ``lo < hi``) or ``ball=(centre, radius)`` (a point of
+    ``ℝ^d`` or a scalar broadcast to it, a finite radius ``> 0``) — exactly one."""
+    if (bounds is None) == (ball is None):
+        raise ValueError("a snapshot without seeds needs its public domain: bounds=(lo, hi) "
+                         "(a box) or ball=(centre, radius), exactly one of them.")
+    if bounds is not None:
+        try:
+            lo, hi = bounds
+            lo = np.broadcast_to(np.asarray(lo, dtype=np.float64), (dim,)).copy()
+            hi = np.broadcast_to(np.asarray(hi, dtype=np.float64), (dim,)).copy()
+        except (TypeError, ValueError):
+            raise ValueError(f"bounds must be (lo, hi), each a number or an array of length "
+                             f"{dim}; got {bounds!r}.") from None
+        if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and np.all(lo < hi)):
+            raise ValueError(f"bounds must be finite with lo < hi in every coordinate; got "
+                             f"{bounds!r}.")
+        c = lo + 0.5 * (hi - lo)
+        half = np.maximum(hi - c, c - lo)
+        if not np.all(np.isfinite(half * half)) or not np.isfinite(np.sum(half * half)):
+            raise ValueError("bounds are beyond float64's range of squared distances; "
+                             "rescale the bank.")
+        R0 = float(np.sqrt(np.sum(half * half))) * (1.0 + 1e-9)
+        return Domain("box", lo, hi, c, R0)
+    try:
+        centre, radius = ball
+        c = np.broadcast_to(np.asarray(centre, dtype=np.float64), (dim,)).copy()
+        R = float(radius)
+    except (TypeError, ValueError):
+        raise ValueError(f"ball must be (centre, radius), the centre a number or an array of "
+                         f"length {dim}; got {ball!r}.") from None
+    if not (np.all(np.isfinite(c)) and math.isfinite(R) and R > 0):
+        raise ValueError(f"ball must have a finite centre and a finite radius > 0; got "
+                         f"{ball!r}.")
+    if not math.isfinite((float(np.abs(c).max()) + R) ** 2 * dim):
+        raise ValueError("the ball is beyond float64's range of squared distances; rescale "
+                         "the bank.")
+    return Domain("ball", None, None, c, R * (1.0 + 1e-9))
+
+
+# --------------------------------------------------------------------------- one row's cell
+
+
+def nearest_centres(Z: np.ndarray, C: np.ndarray, Cn2: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each row of ``Z`` ``(b, d)``: the index of its nearest centre (lowest index on a
+    tie of the *direct* squared distances ``Σ_i fl(z_i − c_i)²``), that distance, and the
+    offset ``fl(z − c_j)`` — each a fixed function of the row and the centres.
+
+    A matrix product proposes candidates: ``S_j = ‖c_j‖² − 2 z·c_j`` (any summation
+    order: ``|S_j − (‖z − c_j‖² − ‖z‖²)| ≤ e``), and every centre within ``M = 2(e + e')``
+    of the smallest ``S`` is a candidate (``e'`` bounds the direct distance's error); the
+    direct distances decide among the candidates. Every minimiser of the direct distance
+    is a candidate (``docs/privacy-accounting.md`` §15, Lemma 11 (i)), so the answer does
+    not depend on how the product was blocked or on the other rows."""
+    b, d = Z.shape
+    with np.errstate(over="ignore", invalid="ignore"):
+        S = Z @ C.T
+        S *= -2.0
+        S += Cn2[None, :]
+        zn = np.sqrt(np.einsum("ij,ij->i", Z, Z))
+    cmax = math.sqrt(float(Cn2.max()))
+    margin = 16.0 * (d + 4) * _U * (zn * (1.0 + 1e-6) + cmax * (1.0 + 1e-6)) ** 2
+    j = np.argmin(S, axis=1)  # the first smallest S
+    smin = S[np.arange(b), j]
+    if not (np.all(np.isfinite(smin)) and np.all(np.isfinite(margin))):
+        raise ValueError("a squared distance between a bank row and a centre is not finite: "
+                         "the bank or the centres are out of the float64 range.")
+    cand = S <= (smin + margin)[:, None]
+    multi = np.flatnonzero(np.count_nonzero(cand, axis=1) > 1)
+    if multi.size:  # decide by the direct distances (rare: near-ties within the margin)
+        rr, cc = np.nonzero(cand[multi])
+        diff = Z[multi[rr]] - C[cc]
+        dd = (diff * diff).sum(axis=1)
+        best = np.full(multi.size, np.inf)
+        np.minimum.at(best, rr, dd)
+        first = np.full(multi.size, C.shape[0], dtype=np.int64)
+        hit = dd == best[rr]
+        np.minimum.at(first, rr[hit], cc[hit])
+        j[multi] = first
+    off = Z - C[j]
+    d2 = (off * off).sum(axis=1)
+    return j, d2, off
+
+
+def _check_range(C: np.ndarray, domain: Domain) -> None:
+    """Refuse, from public values only, centres so far out that a squared distance to a
+    row of the domain could leave float64's range (no row can then trigger an error)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        big = (float(np.abs(C).max(initial=0.0)) + float(np.abs(domain.centre).max())
+               + domain.radius) ** 2 * (C.shape[1] + 4) * 4.0
+    if not (np.all(np.isfinite(C)) and math.isfinite(big)):
+        raise ValueError("the centres are out of float64's range of squared distances; "
+                         "rescale the bank and the domain.")
+
+
+def _tiles(bank: Any, k: int, domain: Domain):
+    """The bank's rows, mapped into the domain, in fixed tiles (an array or an
+    :class:`~brace.LSRMemory`, read by its verified blocks)."""
+    if hasattr(bank, "_blocks"):
+        blocks = (Xb for _, Xb in bank._blocks())
+    else:
+        blocks = (bank,)
+    step = max(1, _TILE // max(1, k))
+    for B in blocks:
+        for i in range(0, B.shape[0], step):
+            yield domain.clip(np.asarray(B[i:i + step], dtype=np.float64))
+
+
+def bank_size(bank: Any) -> int:
+    return int(bank.n_memories if hasattr(bank, "n_memories") else bank.shape[0])
+
+
+# --------------------------------------------------------------------------- the statistics
+
+
+def voronoi_unit(clip: float, n: int, rho: float) -> float:
+    """The public grid of a Voronoi round's offsets: ``c·2^-b`` with
+    ``b = min(30, 51 − ⌈log2(n + 1)⌉, 27 + ⌊log2 sqrt(2ρ)⌋)``: a sum of ``n`` rounded
+    offsets stays below ``2^53`` units (exact in int64 and float64), and the noise's
+    σ stays below ``2^28`` units (the exact sampler's range)."""
+    b = min(30, 51 - math.ceil(math.log2(n + 1)),
+            27 + math.floor(math.log2(math.sqrt(2.0 * float(rho)))))
+    return math.ldexp(float(clip), -max(b, 1))
+
+
+def voronoi_sensitivity(clip: float, unit: float, dim: int) -> float:
+    """L2 sensitivity ``2a`` of a Voronoi round (every cell's rounded clipped offset sum
+    and ``c`` times its count, stacked), ``a = c(1 + 2e-8) + unit·sqrt(d)/2``
+    (``docs/privacy-accounting.md`` §15, Lemma 11)."""
+    a = float(clip) * (1.0 + 2e-8) + unit * math.sqrt(dim) / 2.0
+    return 2.0 * a * (1.0 + 1e-12)
+
+
+def voronoi_stats(bank: Any, centres: np.ndarray, clip: float, unit: float,
+                  domain: Domain) -> tuple[np.ndarray, np.ndarray]:
+    """The exact statistic of a Voronoi round: ``(counts (k,) int64, sums (k, d) int64 in
+    grid units)``. Row ``x`` is mapped into the domain (``z = domain.clip(x)``), joins
+    the cell ``j`` of its nearest centre (:func:`nearest_centres`), and adds
+    ``round(o/unit)`` where ``o = fl(z − c_j)``, scaled by ``c/sqrt(Σ o_i²)`` when that
+    norm exceeds ``c``; the sums are exact integer additions (every sum below ``2^53``
+    units: :func:`voronoi_unit`), so no sum depends on the order of the rows."""
+    C = np.asarray(centres, dtype=np.float64)
+    _check_range(C, domain)
+    k, d = C.shape
+    Cn2 = (C * C).sum(axis=1)
+    c2 = float(clip) ** 2
+    counts = np.zeros(k, dtype=np.int64)
+    sums = np.zeros((k, d), dtype=np.int64)
+    for Z in _tiles(bank, k, domain):
+        j, d2, off = nearest_centres(Z, C, Cn2)
+        big = d2 > c2
+        if np.any(big):
+            off[big] *= (float(clip) / np.sqrt(d2[big]))[:, None]
+        u = np.rint(off / unit).astype(np.int64)
+        _add_rows(sums, j, u)
+        counts += np.bincount(j, minlength=k)
+    return counts, sums
+
+
+def _add_rows(sums: np.ndarray, j: np.ndarray, u: np.ndarray) -> None:
+    """``sums[j[i]] += u[i]`` for every row ``i``, in int64 (exact, any order)."""
+    order = np.argsort(j, kind="stable")
+    js = j[order]
+    starts = np.flatnonzero(np.r_[True, js[1:] != js[:-1]])
+    sums[js[starts]] += np.add.reduceat(u[order], starts, axis=0)
+
+
+def radii_edges(domain_radius: float, around: float | None = None) -> np.ndarray:
+    """The public grid of a radii histogram (increasing edges ``e₀ < … < e_L``; bins
+    ``[0, e₀), [e₀, e₁), …, [e_L, ∞)``): the first, ``R₀·2^(−i/4)`` for ``i = 48 … 0``;
+    a later one, ``around`` (the previous released scale) times ``2^(i/4)``,
+    ``i = −8 … 8`` — fewer bins, so less noise accumulates below the median."""
+    if around is None:
+        i = np.arange(RADII_OCTAVES * RADII_PER_OCTAVE, -1, -1, dtype=np.float64)
+        return float(domain_radius) * 2.0 ** (-i / RADII_PER_OCTAVE)
+    i = np.arange(-2 * RADII_PER_OCTAVE, 2 * RADII_PER_OCTAVE + 1, dtype=np.float64)
+    return float(around) * 2.0 ** (i / RADII_PER_OCTAVE)
+
+
+def radii_histogram(bank: Any, centres: np.ndarray, edges: np.ndarray,
+                    domain: Domain) -> np.ndarray:
+    """The exact radii histogram ``(len(edges) + 1,)`` int64: how many rows (mapped into
+    the domain) have their direct squared distance to their nearest centre in each bin
+    (compared with the squared edges)."""
+    C = np.asarray(centres, dtype=np.float64)
+    _check_range(C, domain)
+    Cn2 = (C * C).sum(axis=1)
+    e2 = np.asarray(edges, dtype=np.float64) ** 2
+    hist = np.zeros(e2.size + 1, dtype=np.int64)
+    for Z in _tiles(bank, C.shape[0], domain):
+        _, d2, _ = nearest_centres(Z, C, Cn2)
+        hist += np.bincount(np.searchsorted(e2, d2, side="right"), minlength=e2.size + 1)
+    return hist
+
+
+# --------------------------------------------------------------------------- the noise
+
+
+def release_voronoi_round(bank: Any, centres: np.ndarray, clip: float, rho: float,
+                          domain: Domain, noise: str, rng: np.random.Generator | None,
+                          n: int | None = None) -> tuple[np.ndarray, float, float]:
+    """One Voronoi round: ``(released (k, d + 1), σ, unit)``: every cell's noisy clipped
+    offset sum and ``c`` × its noisy count, in the units of the data; ``ρ``-zCDP whatever
+    ``k`` (Lemma 11). The noise is added to the exact statistic in grid units; the
+    product by the unit comes after it (post-processing)."""
+    C = np.asarray(centres, dtype=np.float64)
+    n = bank_size(bank) if n is None else n
+    unit = voronoi_unit(clip, n, rho)
+    sens = voronoi_sensitivity(clip, unit, C.shape[1])
+    cnt, sums = voronoi_stats(bank, C, clip, unit, domain)
+    per = int(round(float(clip) / unit))  # c/unit = 2^b, an integer
+    stacked = np.concatenate([sums, cnt[:, None] * per], axis=1)
+    noisy, sigma_u = noisy_integers(stacked, sens / unit, rho, noise, rng)
+    return noisy * unit, sigma_u * unit, unit
+
+
+def release_radii(bank: Any, centres: np.ndarray, edges: np.ndarray, rho: float,
+                  domain: Domain, noise: str, rng: np.random.Generator | None
+                  ) -> tuple[np.ndarray, float]:
+    """One radii release: the noisy radii histogram (L2 sensitivity ``√2``: a replaced
+    row leaves one bin and enters one) and its σ; ``ρ``-zCDP."""
+    hist = radii_histogram(bank, centres, edges, domain)
+    return noisy_integers(hist, math.sqrt(2.0) * (1.0 + 1e-12), rho, noise, rng)
+
+
+def scale_from_radii(noisy: np.ndarray, edges: np.ndarray, n: int) -> float:
+    """Post-processing: the median radius from a noisy radii histogram: the upper edge of
+    the first bin where the noisy cumulative count reaches ``n/2`` (``n`` is public),
+    kept within ``[edges[0], edges[-1]]``."""
+    c = np.cumsum(np.asarray(noisy, dtype=np.float64))
+    i = int(np.searchsorted(c, 0.5 * n, side="left"))
+    return float(edges[min(max(i, 0), edges.size - 1)])
+
+
+# --------------------------------------------------------------------------- the public plan
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedingPlan:
+    """The public plan of a snapshot without seeds, a function of ``(ρ, n, d)`` and the
+    stated knobs only: the number of Voronoi rounds ``R``; the zCDP of the centre
+    release, of each radii release and of each Voronoi round; the count ``m*`` a cell
+    needs for its noisy mean to move it by less than about half its clip
+    (``m* = c_min·√d·2/sqrt(2ρ_round)``: the sums' noise is ``2/sqrt(2ρ_round)`` clips
+    per coordinate); ``k₀ = min(k_cap, ⌊n/m*⌋)`` starting centres (at least 1); the rounds
+    after which cells with noisy count ``≥ 2m*`` split.
+
+    Without ``rounds`` (and ``c_min``) the budget decides (:meth:`make`): with ``k₈``
+    the starting centres that 8 rounds at ``c_min = 1.5`` afford, ``R = 8`` (``c_min
+    = 1.5``) when ``k₈ ≥ 16``, ``R = 5`` when ``k₈ ≥ 8`` and ``R = 3`` below (both at
+    ``c_min = 1``): a small budget buys a few accurate rounds rather than many noisy
+    ones."""
+
+    rho: float
+    rounds: int
+    rho_centre: float
+    rho_radii: float
+    rho_round: float
+    m_star: float
+    k0: int
+    split_rounds: tuple[int, ...]
+    c_min: float = 1.5
+
+    @classmethod
+    def make(cls, rho: float, n: int, dim: int, rounds: int | None = None, *,
+             c_min: float | None = None, k_cap: int = 64,
+             split_rounds: tuple[int, ...] | None = None) -> SeedingPlan:
+        if rounds is None:
+            k8 = cls.make(rho, n, dim, 8, c_min=1.5, k_cap=k_cap).k0
+            rounds, auto_c = (8, 1.5) if k8 >= 16 else (5, 1.0) if k8 >= 8 else (3, 1.0)
+            c_min = auto_c if c_min is None else c_min
+        c_min = 1.5 if c_min is None else float(c_min)
+        R = int(rounds)
+        rho_c = CENTRE_SHARE * rho
+        rho_h = RADII_SHARE * rho / R
+        rho_r = (1.0 - CENTRE_SHARE - RADII_SHARE) * rho / R
+        m_star = c_min * math.sqrt(dim) * 2.0 / math.sqrt(2.0 * rho_r)
+        k0 = int(max(1, min(k_cap, n // max(m_star, 1.0))))
+        if split_rounds is None:  # after rounds 2 and 4 (of 8), scaled to R
+            split_rounds = tuple(sorted({max(1, round(R * f)) for f in (0.25, 0.5)}
+                                        - {R})) if R >= 3 else ()
+        return cls(float(rho), R, rho_c, rho_h, rho_r, float(m_star), k0,
+                   tuple(int(t) for t in split_rounds), c_min)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["split_rounds"] = list(self.split_rounds)
+        return d
+
+
+# --------------------------------------------------------------------------- the pipeline
+
+
+def merge_weighted(C: np.ndarray, m: np.ndarray, merge_radius: float
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Post-processing: leader clustering at ``merge_radius`` (heaviest first,
+    :func:`brace.synopsis.merge_centres`); count-weighted means, counts added."""
+    from .synopsis import merge_centres
+
+    labels = merge_centres(C, m, merge_radius)
+    g = int(labels.max()) + 1
+    w = np.maximum(m, 1e-3)
+    out = np.zeros((g, C.shape[1]))
+    np.add.at(out, labels, C * w[:, None])
+    ws = np.zeros(g)
+    np.add.at(ws, labels, w)
+    cnt = np.zeros(g)
+    np.add.at(cnt, labels, m)
+    return out / ws[:, None], cnt
+
+
+def _unit_directions(rng: np.random.Generator, k: int, d: int) -> np.ndarray:
+    v = rng.standard_normal((k, d))
+    return v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-300)
+
+
+def private_seeds(bank: Any, domain: Domain, plan: SeedingPlan, *, noise: str,
+                  rng: np.random.Generator | None, public_seed: int = 0,
+                  merge_radius: float | None = None, min_count: float | None = None,
+                  n: int | None = None) -> dict[str, Any]:
+    """Run the releases of a snapshot without seeds under ``plan`` (module docstring) and
+    their post-processing. Returns ``attractors``, ``counts`` (noisy, merged), ``scale``
+    (the last private median radius), ``clip`` (the last round's), ``releases`` (one dict
+    per release, in order: ``kind``, the public ``centres`` it used, the noisy
+    ``values``, ``rho``, ``sigma``, ``sensitivity``, ``unit``/``edges``) and
+    ``trace`` (the number of centres after each round). The caller admits the plan
+    through the filter before calling this."""
+    from .synopsis import default_min_count, next_centres
+
+    n = bank_size(bank) if n is None else int(n)
+    d = domain.centre.shape[0]
+    prg = np.random.default_rng(public_seed)  # public directions only
+    releases: list[dict[str, Any]] = []
+
+    def voronoi(C: np.ndarray, clip: float, rho: float) -> tuple[np.ndarray, float]:
+        noisy, sigma, unit = release_voronoi_round(bank, C, clip, rho, domain, noise, rng, n)
+        releases.append({"kind": "voronoi", "centres": C, "values": noisy, "rho": rho,
+                         "sigma": sigma, "clip": clip, "unit": unit,
+                         "sensitivity": voronoi_sensitivity(clip, unit, d)})
+        return noisy, sigma
+
+    def radii(C: np.ndarray, around: float | None) -> float:
+        edges = radii_edges(domain.radius, around)
+        h, sigma = release_radii(bank, C, edges, plan.rho_radii, domain, noise, rng)
+        releases.append({"kind": "radii", "centres": C, "values": h, "rho": plan.rho_radii,
+                         "sigma": sigma, "edges": edges,
+                         "sensitivity": math.sqrt(2.0) * (1.0 + 1e-12)})
+        # at most 2R₀ (public): no two points of the domain are farther apart
+        return min(scale_from_radii(h, edges, n), 2.0 * domain.radius)
+
+    # 1. the centre release: one cell, the domain's centre, clip R₀; n is public
+    c0 = domain.centre[None, :]
+    noisy, _ = voronoi(c0, domain.radius, plan.rho_centre)
+    releases[-1]["kind"] = "centre"
+    mu = domain.centre + noisy[0, :-1] / n
+    # 2. the first scale: the median distance to μ
+    scale = radii(mu[None, :], None)
+    C = mu + 0.5 * scale * _unit_directions(prg, plan.k0, d)
+    m = np.full(plan.k0, n / plan.k0)
+    trace = []
+    thr = 0.0
+    for t in range(plan.rounds):
+        clip = scale
+        if t in plan.split_rounds:
+            big = m >= 2.0 * plan.m_star
+            if np.any(big):
+                v = 0.25 * clip * _unit_directions(prg, int(big.sum()), d)
+                C = np.concatenate([C[~big], C[big] + v, C[big] - v])
+                m = np.concatenate([m[~big], m[big] / 2, m[big] / 2])
+        noisy, sigma = voronoi(C, clip, plan.rho_round)
+        thr = (default_min_count(sigma / clip, C.shape[0]) if min_count is None
+               else float(min_count))
+        C, m = next_centres(C, noisy, clip, 0.0, thr, sigma)
+        if t < plan.rounds - 1:
+            scale = radii(C, scale)
+        mr = 0.5 * scale if merge_radius is None else float(merge_radius)
+        C, m = merge_weighted(C, m, mr)
+        trace.append(int(C.shape[0]))
+    return {"attractors": C, "counts": m, "scale": scale, "clip": clip, "mean": mu,
+            "releases": releases, "trace": trace, "min_count": thr,
+            "merge_radius": 0.5 * scale if merge_radius is None else float(merge_radius)}
