@@ -33,6 +33,7 @@ __all__ = [
     "rng_and_record",
     "rng_from_record",
     "check_output_size",
+    "check_bounds",
 ]
 
 
@@ -309,3 +310,19 @@ def rng_from_record(record: Any) -> np.random.Generator:
         bg.state = state
         return np.random.Generator(bg)
     return check_rng(record)
+
+
+def check_bounds(bounds: Any, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """A public box ``bounds=(lo, hi)`` (scalars or arrays of length ``dim``), finite with
+    ``lo < hi`` in every coordinate, as two float64 arrays of length ``dim``."""
+    try:
+        lo, hi = bounds
+        lo = np.broadcast_to(np.asarray(lo, dtype=np.float64), (dim,)).copy()
+        hi = np.broadcast_to(np.asarray(hi, dtype=np.float64), (dim,)).copy()
+    except (TypeError, ValueError):
+        raise ValueError(f"bounds must be (lo, hi), each a number or an array of length "
+                         f"{dim}; got {bounds!r}.") from None
+    if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and np.all(lo < hi)):
+        raise ValueError(f"bounds must be finite with lo < hi in every coordinate; got "
+                         f"{bounds!r}.")
+    return lo, hi

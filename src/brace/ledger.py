@@ -336,21 +336,11 @@ class Ledger:
         it: a clear :class:`LedgerError`, and nothing of the winner's is touched).
         ``fill(ledger)``, if given, records releases in the temporary ledger before it is
         published (a migration): if it fails, nothing is left at ``path``."""
-        from ._version import __version__
 
         p = Path(os.fspath(path))
         _check_path(p, must_exist=False)
         k = ledger_key_from_env(key)
-        meta = {
-            "format": LEDGER_FORMAT,
-            "brace_version": __version__,
-            "created": now(),
-            "fingerprint": fingerprint,
-            "budget": {"epsilon": float(budget[0]), "delta": float(budget[1])},
-            "filter": filter_spec,
-            "mac": "hmac-sha256" if k else "sha256",
-            "head": {"count": 0, "mac": ""},
-        }
+        meta = new_meta(fingerprint, budget, filter_spec, k)
         with _staged(p) as tmp:
             try:
                 conn = cls._connect(tmp, timeout, mode="rwc")
@@ -593,7 +583,6 @@ class Ledger:
         """Releases with ``id > after``, each verified against the chain that ends at
         ``prev_mac`` (the MAC of release ``after``), and the chain's end against the head
         in the metadata."""
-        head = self.meta["head"]
         conn = self._live()
         try:
             rows = conn.execute(
@@ -602,14 +591,19 @@ class Ledger:
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"ledger {self.path} is corrupt or malformed ({exc}). It was "
                               "not changed; restore it from a backup.") from None
+        return self._verify_chain(rows, after, prev_mac)
+
+    def _verify_chain(self, rows: list[tuple], after: int, prev_mac: str
+                      ) -> list[ReleaseRow]:
+        """The rows ``after + 1, …`` (id, time, call key, record, blobs, MAC) verified
+        along the chain from ``prev_mac`` and against the head in the metadata."""
+        head = self.meta["head"]
         out: list[ReleaseRow] = []
-        mac = prev_mac
-        expect = after + 1
+        mac, expect = prev_mac, after + 1
         for row in rows:
-            rid = row[0]
-            if rid != expect:
+            if row[0] != expect:
                 raise LedgerError(
-                    f"ledger {self.path}: release {expect} is missing (found {rid}): a "
+                    f"ledger {self.path}: release {expect} is missing (found {row[0]}): a "
                     "record was deleted. It was not changed; restore it from a backup.")
             mac = self._verify_row(row, mac)
             out.append(self._parse_row(row))
@@ -931,6 +925,23 @@ def _publish(tmp: Path, p: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def new_meta(fingerprint: dict[str, Any], budget: tuple[float, float],
+             filter_spec: dict[str, Any], key: bytes | None) -> dict[str, Any]:
+    """The metadata of a new, empty ledger (every backend writes the same)."""
+    from ._version import __version__
+
+    return {
+        "format": LEDGER_FORMAT,
+        "brace_version": __version__,
+        "created": now(),
+        "fingerprint": fingerprint,
+        "budget": {"epsilon": float(budget[0]), "delta": float(budget[1])},
+        "filter": filter_spec,
+        "mac": "hmac-sha256" if key else "sha256",
+        "head": {"count": 0, "mac": ""},
+    }
 
 
 def _not_sqlite(p: Path, exc: BaseException) -> LedgerError | None:

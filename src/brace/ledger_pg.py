@@ -47,7 +47,6 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 
 from .ledger import (
-    LEDGER_FORMAT,
     Ledger,
     LedgerError,
     LedgerLockTimeout,
@@ -55,6 +54,7 @@ from .ledger import (
     _canon,
     _digest,
     ledger_key_from_env,
+    new_meta,
     now,
 )
 from .ledger_url import LedgerUnavailable, redact_url
@@ -159,20 +159,9 @@ class PgLedger(Ledger):
                key: bytes | str | None = None, timeout: float = 10.0) -> PgLedger:
         """Create a new, empty ledger in the URL's schema; refuses one that holds a
         ledger (or a table named ``meta`` or ``releases``)."""
-        from ._version import __version__
-
         k = ledger_key_from_env(key)
         conn, schema = cls._pg_connect(path, timeout)
-        meta = {
-            "format": LEDGER_FORMAT,
-            "brace_version": __version__,
-            "created": now(),
-            "fingerprint": fingerprint,
-            "budget": {"epsilon": float(budget[0]), "delta": float(budget[1])},
-            "filter": filter_spec,
-            "mac": "hmac-sha256" if k else "sha256",
-            "head": {"count": 0, "mac": ""},
-        }
+        meta = new_meta(fingerprint, budget, filter_spec, k)
         db = cls(path, conn, schema, meta, k, timeout)
         try:
             with db._guard(), db._exists_as_error():
@@ -370,28 +359,6 @@ class PgLedger(Ledger):
         with self._guard():
             rows = self._conn.execute(self._sql["since"], (int(after),)).fetchall()
         return self._verify_chain(rows, after, prev_mac)
-
-    def _verify_chain(self, rows: list[tuple], after: int, prev_mac: str
-                      ) -> list[ReleaseRow]:
-        head = self.meta["head"]
-        out: list[ReleaseRow] = []
-        mac, expect = prev_mac, after + 1
-        for row in rows:
-            if row[0] != expect:
-                raise LedgerError(
-                    f"ledger {self.path}: release {expect} is missing (found {row[0]}): a "
-                    "record was deleted. It was not changed; restore it from a backup.")
-            mac = self._verify_row(row, mac)
-            out.append(self._parse_row(row))
-            expect += 1
-        if expect - 1 != head["count"] or mac != head["mac"]:
-            raise LedgerError(
-                f"ledger {self.path} fails its integrity check: it holds {expect - 1} "
-                f"release(s) but its head says {head['count']}"
-                + ("" if expect - 1 != head["count"] else " (a record was edited)")
-                + ". It was not changed; restore it from a backup.")
-        self._head = dict(head)
-        return out
 
     def append(self, *, call_key: str, record: dict[str, Any], outputs: np.ndarray,
                released_counts: np.ndarray | None, centres: np.ndarray,

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from ._exact import noisy_integers
+from ._validation import check_bounds
 
 __all__ = [
     "CENTRE_SHARE",
@@ -117,16 +118,7 @@ def parse_domain(bounds: Any, ball: Any, dim: int) -> Domain:
         raise ValueError("a snapshot without seeds needs its public domain: bounds=(lo, hi) "
                          "(a box) or ball=(centre, radius), exactly one of them.")
     if bounds is not None:
-        try:
-            lo, hi = bounds
-            lo = np.broadcast_to(np.asarray(lo, dtype=np.float64), (dim,)).copy()
-            hi = np.broadcast_to(np.asarray(hi, dtype=np.float64), (dim,)).copy()
-        except (TypeError, ValueError):
-            raise ValueError(f"bounds must be (lo, hi), each a number or an array of length "
-                             f"{dim}; got {bounds!r}.") from None
-        if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and np.all(lo < hi)):
-            raise ValueError(f"bounds must be finite with lo < hi in every coordinate; got "
-                             f"{bounds!r}.")
+        lo, hi = check_bounds(bounds, dim)
         c = lo + 0.5 * (hi - lo)
         half = np.maximum(hi - c, c - lo)
         if not np.all(np.isfinite(half * half)) or not np.isfinite(np.sum(half * half)):

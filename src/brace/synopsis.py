@@ -35,6 +35,7 @@ from scipy.spatial import cKDTree
 from ._exact import noisy_integers
 from ._io import strict_json
 from ._validation import (
+    check_bounds,
     check_delta,
     check_nonnegative,
     check_positive,
@@ -103,17 +104,7 @@ def _box(bounds: Any, dim: int) -> tuple[np.ndarray, np.ndarray]:
     if bounds is None:
         raise ValueError("seeds given as a count or 'grid' need bounds=(lo, hi): a public "
                          "box (scalars or arrays of length d).")
-    try:
-        lo, hi = bounds
-        lo = np.broadcast_to(np.asarray(lo, dtype=np.float64), (dim,)).copy()
-        hi = np.broadcast_to(np.asarray(hi, dtype=np.float64), (dim,)).copy()
-    except (TypeError, ValueError):
-        raise ValueError(f"bounds must be (lo, hi), each a number or an array of length "
-                         f"{dim}; got {bounds!r}.") from None
-    if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and np.all(lo < hi)):
-        raise ValueError(f"bounds must be finite with lo < hi in every coordinate; got "
-                         f"{bounds!r}.")
-    return lo, hi
+    return check_bounds(bounds, dim)
 
 
 def snapshot_noise(noise: Any, seed: Any) -> str:

@@ -56,31 +56,15 @@ def synopsis_row(X: np.ndarray, q: np.ndarray, *, epsilon: float, delta: float,
             out[i:i + m] = np.asarray(reps) @ w
         return out
 
-    pilot = max(1_000, n_runs // 4)
-    s0, s1 = stats(X, pilot, 1), stats(Xp, pilot, 2)
-    grid = np.quantile(np.concatenate([s0, s1]), np.linspace(0.02, 0.98, 49))
-    best = certify_thresholds(s0, s1, grid, delta=delta, alpha=alpha, n_bounds=2)
-    tau = float(grid[int(np.argmax(best["epsilon_lb"]))])
-    f0, f1 = stats(X, n_runs, 3), stats(Xp, n_runs, 4)
-    cert = certify_thresholds(f0, f1, [tau], delta=delta, alpha=alpha, n_bounds=2)
-    eps_lb = float(cert["epsilon_lb"][0])
-    cap = max_certifiable_epsilon(n_runs, alpha, 2, delta)
-    return {
-        "label": "synopsis cell round (Gaussian over disjoint cells)",
-        "config": {"pair": "cell", "epsilon": epsilon, "rho": rho, "radius": radius},
-        "claimed_epsilon": claim, "charged_epsilon": claim, "delta": delta,
-        "epsilon_lb": eps_lb, "exceeds_claim": eps_lb > claim,
-        "verdict": "VIOLATION" if eps_lb > claim else "pass",
-        "max_certifiable_epsilon": cap, "underpowered": False, "runs_needed": None,
-        "pair": {"kind": "opposite", "centre": [float(v) for v in C[0]],
-                 "gate_q": [int((dist <= radius).sum()),
-                            int((np.linalg.norm(Xp - C[0], axis=1) <= radius).sum())],
-                 "row": row, "old": X[row].tolist(), "new": Xp[row].tolist()},
-        "n_runs_per_side": int(n_runs), "n_pilot_per_side": int(pilot),
-        "threshold": tau, "sigma": sigma, "alpha": alpha,
-        "d": int(X.shape[1]), "n": int(X.shape[0]), "steps": 1,
-        "wall_time_s": time.perf_counter() - t0,
-    }
+    return _certified_row(
+        stats, X, Xp, n_runs=n_runs, alpha=alpha, delta=delta, claim=claim, t0=t0,
+        label="synopsis cell round (Gaussian over disjoint cells)",
+        config={"pair": "cell", "epsilon": epsilon, "rho": rho, "radius": radius},
+        pair={"kind": "opposite", "centre": [float(v) for v in C[0]],
+              "gate_q": [int((dist <= radius).sum()),
+                         int((np.linalg.norm(Xp - C[0], axis=1) <= radius).sum())],
+              "row": row, "old": X[row].tolist(), "new": Xp[row].tolist()},
+        sigma=sigma)
 
 
 def voronoi_row(X: np.ndarray, q: np.ndarray, *, epsilon: float, delta: float,
@@ -122,6 +106,21 @@ def voronoi_row(X: np.ndarray, q: np.ndarray, *, epsilon: float, delta: float,
             out[i:i + m] = np.asarray(reps) @ w
         return out
 
+    return _certified_row(
+        stats, X, Xp, n_runs=n_runs, alpha=alpha, delta=delta, claim=claim, t0=t0,
+        label="synopsis Voronoi round (no public seeds)",
+        config={"pair": "voronoi", "epsilon": epsilon, "rho": rho, "radius": radius},
+        pair={"kind": "mirror", "centre": [float(v) for v in C[0]], "gate_q": [n, n],
+              "row": row, "old": X[row].tolist(), "new": Xp[row].tolist()},
+        sigma=sigma)
+
+
+def _certified_row(stats: Any, X: np.ndarray, Xp: np.ndarray, *, n_runs: int,
+                   alpha: float, delta: float, claim: float, t0: float, label: str,
+                   config: dict[str, Any], pair: dict[str, Any], sigma: float
+                   ) -> dict[str, Any]:
+    """A threshold on the statistic chosen on pilot runs of both banks, fresh runs
+    counted, Clopper–Pearson bounds (Bonferroni over the two error rates): the row."""
     pilot = max(1_000, n_runs // 4)
     s0, s1 = stats(X, pilot, 1), stats(Xp, pilot, 2)
     grid = np.quantile(np.concatenate([s0, s1]), np.linspace(0.02, 0.98, 49))
@@ -132,17 +131,13 @@ def voronoi_row(X: np.ndarray, q: np.ndarray, *, epsilon: float, delta: float,
     eps_lb = float(cert["epsilon_lb"][0])
     cap = max_certifiable_epsilon(n_runs, alpha, 2, delta)
     return {
-        "label": "synopsis Voronoi round (no public seeds)",
-        "config": {"pair": "voronoi", "epsilon": epsilon, "rho": rho, "radius": radius},
+        "label": label, "config": config,
         "claimed_epsilon": claim, "charged_epsilon": claim, "delta": delta,
         "epsilon_lb": eps_lb, "exceeds_claim": eps_lb > claim,
         "verdict": "VIOLATION" if eps_lb > claim else "pass",
         "max_certifiable_epsilon": cap, "underpowered": False, "runs_needed": None,
-        "pair": {"kind": "mirror", "centre": [float(v) for v in C[0]],
-                 "gate_q": [n, n], "row": row, "old": X[row].tolist(),
-                 "new": Xp[row].tolist()},
-        "n_runs_per_side": int(n_runs), "n_pilot_per_side": int(pilot),
+        "pair": pair, "n_runs_per_side": int(n_runs), "n_pilot_per_side": int(pilot),
         "threshold": tau, "sigma": sigma, "alpha": alpha,
-        "d": int(X.shape[1]), "n": n, "steps": 1,
+        "d": int(X.shape[1]), "n": int(X.shape[0]), "steps": 1,
         "wall_time_s": time.perf_counter() - t0,
     }
