@@ -546,8 +546,12 @@ class Synopsis:
                     f"{pr.get('clip', float('nan')):.4g} around the private mean); "
                     "the rounds below ran in it"]),
                 f"  cost             : eps = {self.epsilon:.4g} at delta = {self.delta:g} "
-                f"(a centre release, {p.get('rounds')} radii releases and {p.get('rounds')} "
-                f"Voronoi rounds at rho = {self.cell_rho:.4g} each; {noise} noise)",
+                + ("" if pr is None else "(a centre and a radii release in the full "
+                   "space, the second moments, then in the subspace ")
+                + ("(" if pr is None else "")
+                + f"a centre release, {p.get('rounds')} radii releases and "
+                f"{p.get('rounds')} Voronoi rounds at rho = {self.cell_rho:.4g} each; "
+                f"{noise} noise)",
                 f"  cells            : {p.get('k0')} to start; private scale "
                 f"{p.get('scale', float('nan')):.4g} (median distance to the nearest "
                 f"centre), merged at {p.get('merge_radius', float('nan')):.4g}, noisy "
