@@ -91,6 +91,16 @@ def test_mnist_pca_fitted_on_a_disjoint_public_part(name, mnist_dir):
     assert load_real("mnist", dim=d, seed=0, data_dir=mnist_dir).bank.shape == (5000, d)
 
 
+@pytest.mark.slow
+def test_mnist784_7k_bank_takes_the_unused_images(mnist_dir):
+    D = load_real("mnist784_7k", seed=0, data_dir=mnist_dir)
+    assert D.bank.shape == (7000, 784) and D.public.shape == (3000, 784)
+    rows = {r.tobytes() for r in np.asarray(D.bank)}
+    assert not any(r.tobytes() in rows for r in np.asarray(D.public))  # disjoint
+    with pytest.raises(ValueError, match="contradicts"):
+        load_real("mnist784_7k", seed=0, dim=64)
+
+
 def test_bad_names_and_dims():
     with pytest.raises(ValueError, match="unknown data set"):
         load_real("iris", seed=0)
@@ -315,8 +325,8 @@ def test_settings_without_public_data(tmp_path):
     cfg = dataclasses.replace(TINY, datasets=("digits",), settings=("none", "sample",
                                                                     "shifted"),
                               methods=("brace_global", "synopsis", "synopsis_private",
-                                       "public_only"), repetitions=1, min_scored=10,
-                              workloads=(10,))
+                                       "synopsis_private_pca", "public_only"),
+                              repetitions=1, min_scored=10, workloads=(10,))
     s = run_real(cfg, tmp_path, progress=False)
     recs = {rx._key(r): r for r in read_jsonl(tmp_path / "results.jsonl")}
     assert len(recs) == len(rx._grid(cfg, ("digits",))) == s["cells_total"]
@@ -324,9 +334,13 @@ def test_settings_without_public_data(tmp_path):
     priv = {recs[("digits", st, 10, 1.0, "synopsis_private")]["accuracy"]["mean"]
             for st in cfg.settings}
     assert len(priv) == 1
+    pca = [recs[("digits", st, 10, 1.0, "synopsis_private_pca")] for st in cfg.settings]
+    assert len({r["accuracy"]["mean"] for r in pca}) == 1  # one release, every setting
+    assert 1 <= pca[0]["projected_dim"] <= 32
     g = recs[("digits", "none", 10, 1.0, "brace_global")]
     assert g["repetitions"][0]["scale_epsilon"] > 0 and g["epsilon_spent"] <= 1.0 + 1e-9
     assert recs[("digits", "sample", 10, None, "public_only")]["n_public"] == rx.SAMPLE_SIZE
     text = (tmp_path / "table.txt").read_text()
     assert "Private beats public-only" in text and "| digits | none | 10 |" in text
+    assert "private PCA" in text
     assert (tmp_path / "settings.png").is_file()

@@ -271,7 +271,10 @@ def test_huge_bodies_and_wrong_routes(client, bank):
     for body, words in [({"seeds": _q(bank)}, "missing field(s) 'epsilon'"),
                         ({"epsilon": 1.0, "seeds": [["x"]]}, "must be a number"),
                         ({"epsilon": 1.0, "seeds": _q(bank), "rounds": 99}, "'rounds'"),
-                        ({"epsilon": 1.0, "seeds": 5}, "bounds")]:
+                        ({"epsilon": 1.0, "seeds": 5}, "bounds"),
+                        ({"epsilon": 1.0, "bounds": [-1, 1], "project": "x"}, "project"),
+                        ({"epsilon": 1.0, "seeds": _q(bank), "project": 2},
+                         "without seeds")]:
         r = client.post("/v1/snapshot", json=body, headers=ROOT)
         assert r.status_code == 422 and words in r.json()["message"], r.text
     r = client.post("/v1/complete", json={"queries": _q(bank), "how": "magic"}, headers=A)

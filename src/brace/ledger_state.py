@@ -95,6 +95,11 @@ class LedgerState:
         if first > 1:
             lines.append(f"    ... {first - 1} earlier release(s) not shown")
         for i, r in enumerate(shown, first):
+            if r["method"] == _ledger.CELLS_METHOD and r["params"].get("kind") == "moments":
+                lines.append(f"    {i:>5}. synopsis second moments ({r['dim']} x "
+                             f"{r['dim']}, private subspace): one Gaussian release "
+                             f"({r['epsilon']:.4g}, {r['delta']:g})")
+                continue
             if r["method"] == _ledger.CELLS_METHOD:
                 lines.append(f"    {i:>5}. synopsis cell round {r['params'].get('round')}: "
                              f"{plural(r['queries'], 'cell')}, one Gaussian release "

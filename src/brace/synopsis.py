@@ -302,6 +302,40 @@ def default_min_count(count_std: float, cells: int) -> float:
     return count_std * math.sqrt(2.0 * math.log(4.0 * max(cells, 1)))
 
 
+def _check_projection(pr: Any, d: int) -> None:
+    """The checks of a saved synopsis's ``params["project"]`` (a snapshot with
+    ``project``, ``docs/privacy-accounting.md`` §15.1): ``k`` with ``1 ≤ k < d``, a
+    finite ``(k, d)`` basis with orthonormal rows (within ``10⁻⁶``: the released
+    eigenvectors on the grid ``2^-30``), a finite mean of length ``d``, a clip ``> 0``
+    and ``k`` noisy eigenvalues."""
+    bad = "not a saved synopsis: params['project']"
+    if not isinstance(pr, dict):
+        raise ValueError(f"{bad} must be an object.")
+    k = pr.get("k")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k < d:
+        raise ValueError(f"{bad}['k'] must be an int with 1 <= k < d = {d}; got {k!r}.")
+    try:
+        B = np.asarray(pr.get("basis"), dtype=np.float64)
+        mean = np.asarray(pr.get("mean"), dtype=np.float64)
+        ev = np.asarray(pr.get("eigenvalues"), dtype=np.float64)
+        clip = float(pr.get("clip"))
+    except (TypeError, ValueError):
+        raise ValueError(f"{bad}: basis, mean, eigenvalues and clip must be numbers.") \
+            from None
+    if B.shape != (k, d) or not np.all(np.isfinite(B)):
+        raise ValueError(f"{bad}['basis'] must be a finite ({k}, {d}) array; got shape "
+                         f"{B.shape}.")
+    if not np.allclose(B @ B.T, np.eye(k), rtol=0.0, atol=1e-6):
+        raise ValueError(f"{bad}['basis'] must have orthonormal rows (the released "
+                         "eigenvectors).")
+    if mean.shape != (d,) or not np.all(np.isfinite(mean)):
+        raise ValueError(f"{bad}['mean'] must be {d} finite numbers.")
+    if ev.shape != (k,) or not np.all(np.isfinite(ev)):
+        raise ValueError(f"{bad}['eigenvalues'] must be {k} finite numbers.")
+    if not (math.isfinite(clip) and clip > 0):
+        raise ValueError(f"{bad}['clip'] must be finite and > 0; got {clip!r}.")
+
+
 @dataclasses.dataclass(frozen=True)
 class Synopsis:
     """A private synopsis of an LSR memory (:meth:`brace.PrivateMemory.snapshot`).
@@ -459,6 +493,8 @@ class Synopsis:
         if pts["endpoints"].shape[0] not in (0, pts["seeds"].shape[0]):
             raise ValueError("not a saved synopsis: endpoints must be empty or one per "
                              "seed.")
+        if params.get("project") is not None:
+            _check_projection(params["project"], d)
         return cls(
             att, counts.astype(np.int64),
             field("radius", lambda v: check_positive("radius", v)),
@@ -490,13 +526,23 @@ class Synopsis:
         noise = p.get("noise", "plain")
         if p.get("seeding") == "private":
             dom = p.get("domain", {})
+            pr = p.get("project")
             lines = [
                 f"Synopsis: {self.n_attractors} attractors, seeds found privately in a "
                 f"public {dom.get('kind', '?')} (d = {self.attractors.shape[1]}, "
                 f"r = {self.radius:g}; no public data)",
+                *([] if pr is None else [
+                    f"  subspace         : k = {pr.get('k')} directions (the private "
+                    "second moments' top eigenvectors, clip "
+                    f"{pr.get('clip', float('nan')):.4g} around the private mean); "
+                    "the rounds below ran in it"]),
                 f"  cost             : eps = {self.epsilon:.4g} at delta = {self.delta:g} "
-                f"(a centre release, {p.get('rounds')} radii releases and {p.get('rounds')} "
-                f"Voronoi rounds at rho = {self.cell_rho:.4g} each; {noise} noise)",
+                + ("" if pr is None else "(a centre and a radii release in the full "
+                   "space, the second moments, then in the subspace ")
+                + ("(" if pr is None else "")
+                + f"a centre release, {p.get('rounds')} radii releases and "
+                f"{p.get('rounds')} Voronoi rounds at rho = {self.cell_rho:.4g} each; "
+                f"{noise} noise)",
                 f"  cells            : {p.get('k0')} to start; private scale "
                 f"{p.get('scale', float('nan')):.4g} (median distance to the nearest "
                 f"centre), merged at {p.get('merge_radius', float('nan')):.4g}, noisy "

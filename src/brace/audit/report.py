@@ -130,7 +130,7 @@ def report(rc: ReportConfig = ReportConfig(), *, progress: bool = True) -> dict:
         row.update({"d": d, "n": int(X.shape[0]), "steps": cfg.steps})
         rows.append(row)
     if rc.synopsis:
-        from .synopsis import synopsis_row, voronoi_row
+        from .synopsis import moments_row, synopsis_row, voronoi_row
 
         d = max(rc.dims)
         if progress:
@@ -143,6 +143,12 @@ def report(rc: ReportConfig = ReportConfig(), *, progress: bool = True) -> dict:
             print(f"[audit] synopsis Voronoi round, eps={min(rc.epsilons):g}, d={d} ...",
                   file=sys.stderr, flush=True)
         rows.append(voronoi_row(*banks[d], epsilon=min(rc.epsilons), delta=rc.delta,
+                                radius=rc.radius, n_runs=rc.n_runs, alpha=rc.alpha,
+                                seed=rc.seed))
+        if progress:
+            print(f"[audit] synopsis second moments, eps={min(rc.epsilons):g}, d={d} ...",
+                  file=sys.stderr, flush=True)
+        rows.append(moments_row(*banks[d], epsilon=min(rc.epsilons), delta=rc.delta,
                                 radius=rc.radius, n_runs=rc.n_runs, alpha=rc.alpha,
                                 seed=rc.seed))
     private_ok = all(r["epsilon_lb"] <= r["charged_epsilon"] for r in rows

@@ -1,7 +1,9 @@
 """The audit report's synopsis rows: one cell round (``docs/privacy-accounting.md`` §14,
 Lemma 9) run by the library's own release, :func:`brace.synopsis.release_cell_round`,
-and one Voronoi round of a synopsis without seeds (§15, Lemma 11) run by
-:func:`brace.seeding.release_voronoi_round` (:func:`voronoi_row`).
+one Voronoi round of a synopsis without seeds (§15, Lemma 11) run by
+:func:`brace.seeding.release_voronoi_round` (:func:`voronoi_row`), and the second-moment
+release of a projected snapshot (§15.1, Lemma 14) run by
+:func:`brace.projection.release_moments` (:func:`moments_row`).
 
 Pair: the report's d = 2 bank and its public query ``q`` as the only centre (a public
 seed); the memory of ``q``'s one-memory gate, near its boundary, is replaced by the point
@@ -24,7 +26,7 @@ from ..seeding import parse_domain, release_voronoi_round, voronoi_stats, vorono
 from ..synopsis import cell_sums, release_cell_round
 from .stats import certify_thresholds, max_certifiable_epsilon
 
-__all__ = ["synopsis_row", "voronoi_row"]
+__all__ = ["moments_row", "synopsis_row", "voronoi_row"]
 
 
 def synopsis_row(X: np.ndarray, q: np.ndarray, *, epsilon: float, delta: float,
@@ -139,5 +141,84 @@ def _certified_row(stats: Any, X: np.ndarray, Xp: np.ndarray, *, n_runs: int,
         "pair": pair, "n_runs_per_side": int(n_runs), "n_pilot_per_side": int(pilot),
         "threshold": tau, "sigma": sigma, "alpha": alpha,
         "d": int(X.shape[1]), "n": int(X.shape[0]), "steps": 1,
+        "wall_time_s": time.perf_counter() - t0,
+    }
+
+
+def moments_row(X: np.ndarray, q: np.ndarray, *, epsilon: float, delta: float,
+                radius: float, n_runs: int, alpha: float, seed: int) -> dict[str, Any]:
+    """The report row of a second-moment release (a projected snapshot, §15.1)
+    calibrated to ``epsilon`` at ``delta``: the public query ``q`` is the mean the
+    offsets are taken from, the clip is ``radius``, the domain a public ball around ``q``
+    holding the bank. Pair: the row farthest from ``q`` (its offset clipped to
+    ``radius``) replaced by that offset turned a right angle in the first two
+    coordinates — ``uuᵀ`` becomes ``u'u'ᵀ`` with ``u' ⊥ u`` of the same norm: the
+    largest change (``½‖Δ‖_F² = ‖u‖⁴``, Lemma 14). The release is Gaussian with public
+    variances per entry, so the log-likelihood ratio is linear in it; certification as
+    :func:`synopsis_row`."""
+    from .. import projection as pj
+
+    t0 = time.perf_counter()
+    c = np.asarray(q, dtype=np.float64).reshape(-1)
+    dist = np.linalg.norm(X - c, axis=1)
+    row = int(np.argmax(dist))
+    off = (X[row] - c) * max(1.0, radius / max(dist[row], 1e-300))
+    turned = off.copy()
+    turned[0], turned[1] = -off[1], off[0]
+    Xp = X.copy()
+    Xp[row] = c + turned
+    domain = parse_domain(None, (c, 4.0 * (float(dist.max()) + radius)), c.shape[0])
+    rho = calibrate_rho(epsilon, delta, 1)
+    claim = float(epsilon)
+    n, d = X.shape
+    iu = np.triu_indices(d, 1)
+
+    def entries(S: np.ndarray) -> np.ndarray:
+        return np.concatenate([S[iu], np.diagonal(S)])
+
+    bits = pj.moments_bits(n, rho)
+    g2 = (radius * 2.0 ** -bits) ** 2
+
+    def means(bank: np.ndarray) -> np.ndarray:
+        return entries(pj.moments_stat(bank, domain, c, radius, bits).astype(np.float64))
+
+    _, info = pj.release_moments(X, domain, c, radius, rho, "plain",
+                                 np.random.default_rng(0), n)
+    var = np.concatenate([np.full(iu[0].size, info["sigma"] ** 2),
+                          np.full(d, info["sigma_diag"] ** 2)])
+    w = (means(Xp) - means(X)) / var  # grid units
+
+    def stats(bank: np.ndarray, m_runs: int, s: int) -> np.ndarray:
+        rng = np.random.default_rng([seed, 200 + s])
+        out = np.empty(m_runs)
+        for i in range(0, m_runs, 10_000):
+            m = min(10_000, m_runs - i)
+            reps = [entries(pj.release_moments(bank, domain, c, radius, rho, "plain",
+                                               rng, n)[0]) / g2 for _ in range(m)]
+            out[i:i + m] = np.asarray(reps) @ w
+        return out
+
+    pilot = max(1_000, n_runs // 4)
+    s0, s1 = stats(X, pilot, 1), stats(Xp, pilot, 2)
+    grid = np.quantile(np.concatenate([s0, s1]), np.linspace(0.02, 0.98, 49))
+    best = certify_thresholds(s0, s1, grid, delta=delta, alpha=alpha, n_bounds=2)
+    tau = float(grid[int(np.argmax(best["epsilon_lb"]))])
+    f0, f1 = stats(X, n_runs, 3), stats(Xp, n_runs, 4)
+    cert = certify_thresholds(f0, f1, [tau], delta=delta, alpha=alpha, n_bounds=2)
+    eps_lb = float(cert["epsilon_lb"][0])
+    cap = max_certifiable_epsilon(n_runs, alpha, 2, delta)
+    return {
+        "label": "synopsis second moments (private subspace)",
+        "config": {"pair": "moments", "epsilon": epsilon, "rho": rho, "radius": radius},
+        "claimed_epsilon": claim, "charged_epsilon": claim, "delta": delta,
+        "epsilon_lb": eps_lb, "exceeds_claim": eps_lb > claim,
+        "verdict": "VIOLATION" if eps_lb > claim else "pass",
+        "max_certifiable_epsilon": cap, "underpowered": False, "runs_needed": None,
+        "pair": {"kind": "turned", "centre": [float(v) for v in c],
+                 "gate_q": [n, n], "row": row, "old": X[row].tolist(),
+                 "new": Xp[row].tolist()},
+        "n_runs_per_side": int(n_runs), "n_pilot_per_side": int(pilot),
+        "threshold": tau, "sigma": info["sigma"], "alpha": alpha,
+        "d": int(d), "n": int(n), "steps": 1,
         "wall_time_s": time.perf_counter() - t0,
     }

@@ -72,12 +72,14 @@ PUBLIC_ENOUGH = 1.5
 class Recommendation:
     """What :meth:`PrivateMemory.recommend` advises: ``use`` is ``"retrieve"``,
     ``"snapshot"`` (``seeds``: ``"public"`` — seeded with your public data — or
-    ``"private"`` — found privately, ``snapshot(bounds=…)``) or ``"nothing"`` (release
+    ``"private"`` — found privately, ``snapshot(bounds=…)``, with ``project="auto"``
+    when a private subspace first affords more cells) or ``"nothing"`` (release
     nothing: public data alone is as good, or no release is worth its noise);
     ``per_query_epsilon`` what each of ``queries`` queries of ``steps`` steps could spend
     now (all at one place); ``step_noise`` the predicted noise norm of a released step,
     in radii; ``cells`` the number ``n/m*`` of cells a synopsis without public seeds could
-    resolve now; ``reason`` says why."""
+    resolve now (the better of the full space and a private subspace); ``project`` is
+    ``"auto"`` when that is the subspace; ``reason`` says why."""
 
     use: str
     queries: int
@@ -87,6 +89,7 @@ class Recommendation:
     reason: str
     seeds: str | None = None  # a synopsis: "public" (your public data) or "private"
     cells: float | None = None  # n/m*: the cells a synopsis without public seeds affords
+    project: str | None = None  # "auto": the synopsis without public seeds in a subspace
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -162,9 +165,12 @@ class Advice:
            synopsis without public seeds (``snapshot(bounds=…)``,
            ``docs/privacy-accounting.md`` §15) spending what remains resolves clusters of
            at least ``m*`` rows (:class:`brace.seeding.SeedingPlan`): ``cells = n/m*`` of
-           them. With ``public_rows`` rows of public data from the same population, public
-           data alone is as good when ``public_rows ≥ PUBLIC_ENOUGH · n/m*`` (1.5: every
-           cluster the synopsis can resolve then holds a public row or two): advise
+           them — in the full space, or, when more, in a private subspace
+           (``project="auto"``, §15.1: ``m*`` at ``k = min(32, d − 1)`` dimensions and
+           the 43 % of the budget its rounds get). With ``public_rows`` rows of public
+           data from the same population, public data alone is as good when
+           ``public_rows ≥ PUBLIC_ENOUGH · n/m*`` (1.5: every cluster the synopsis can
+           resolve then holds a public row or two): advise
            releasing nothing. Below, advise the synopsis without public seeds. Without
            ``public_rows``: with ``public_seeds`` a synopsis seeded with them (its cells
            start where the data are); without, the synopsis without public seeds.
@@ -176,6 +182,7 @@ class Advice:
         ``benchmarks/bench_private_n.py`` (``docs/benchmarks.md``, "When private pays").
         """
         from ..accounting import GaussianStep
+        from ..projection import MAX_DIM, ProjectionPlan
         from ..seeding import SeedingPlan
 
         Q = check_int_at_least("queries", queries, 1)
@@ -211,11 +218,17 @@ class Advice:
             else math.inf
         n = int(self._fingerprint["shape"][0])
         cells = (n / SeedingPlan.make(rho_s, n, self._dim).m_star) if rho_s > 0 else 0.0
+        project = None
+        if rho_s > 0 and 2 <= self._dim <= MAX_DIM:  # a private subspace first (§15.1)
+            sub = n / ProjectionPlan.make(rho_s, n, self._dim, "auto").seeding.m_star
+            if sub > cells:
+                cells, project = sub, "auto"
         said = (f"each of the {Q} queries can spend eps = {eps_q:.3g}; a released step "
                 f"of a {m:g}-memory gate then has noise of norm about {noise:.3g} r")
         syn = (f"a synopsis without public seeds spending what remains resolves clusters "
                f"of at least {n / max(cells, 1e-300):.3g} of the {n} rows "
-               f"(n/m* = {cells:.3g} cells)")
+               f"(n/m* = {cells:.3g} cells"
+               + (", in a private subspace: project='auto'" if project else "") + ")")
         if noise <= RETRIEVE_MAX_NOISE:
             return Recommendation("retrieve", Q, T, eps_q, noise, (
                 f"{said} <= {RETRIEVE_MAX_NOISE:g} r: per-query retrieval answers each query "
@@ -242,4 +255,5 @@ class Advice:
             + ("" if public_rows is None else f", more than your {public_rows} public rows "
                f"cover (fewer than {PUBLIC_ENOUGH:g} per cell)")
             + "; find its seeds privately inside your public domain: "
-            "snapshot(bounds=(lo, hi)) or snapshot(ball=(centre, radius))"), "private", cells)
+            "snapshot(bounds=(lo, hi)) or snapshot(ball=(centre, radius))"
+            + (", with project='auto'" if project else "")), "private", cells, project)

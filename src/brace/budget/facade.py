@@ -321,7 +321,10 @@ def private_synopsis(bank: Any, *, epsilon: float, delta: float, seeds: Any = No
     Without seeds, ``radius`` (and ``beta``) may be left out: the synopsis's radius — the
     one ``complete(how="lsr")`` uses — is then its private scale (the released median
     distance of the rows to their nearest centre), a choice paid for by the snapshot's
-    own releases (``params["radius_rule"] == "private scale"``)."""
+    own releases (``params["radius_rule"] == "private scale"``); with ``project``,
+    ``sqrt(s² + e)``, ``s`` the scale in the subspace and ``e`` the released mean squared
+    distance of a (clipped) row from the subspace (post-processing of the second
+    moments)."""
     from ..seeding import parse_domain
 
     rule = None
@@ -337,6 +340,10 @@ def private_synopsis(bank: Any, *, epsilon: float, delta: float, seeds: Any = No
                        accounting="global")
     syn = pm.snapshot(seeds, steps=steps, epsilon=None, seed=seed, **kw)
     if rule is not None:
-        syn = dataclasses.replace(syn, radius=float(syn.params["scale"]),
+        scale = float(syn.params["scale"])
+        pr = syn.params.get("project")
+        if pr is not None:  # the subspace's scale and the mean residual off it, combined
+            scale = math.sqrt(scale * scale + float(pr["residual"]))
+        syn = dataclasses.replace(syn, radius=scale,
                                   params={**syn.params, "radius_rule": rule})
     return syn

@@ -1,8 +1,10 @@
 """A snapshot without public seeds (``PrivateMemory.snapshot(bounds=…)`` with ``seeds``
 None; ``docs/privacy-accounting.md`` §15): priced as one call of the filter — the centre
-release, the radii releases and the Voronoi rounds, every one at the whole space (a row
-anywhere is clipped into the domain and read) — before the bank is read, then run by
-:func:`brace.seeding.private_seeds` and recorded as ``synopsis-cells`` rows."""
+release, the radii releases and the Voronoi rounds (with ``project``, also the
+second-moment release, §15.1), every one at the whole space (a row anywhere is clipped
+into the domain and read) — before the bank is read, then run by
+:func:`brace.seeding.private_seeds` (:func:`brace.projection.private_projected_seeds`)
+and recorded as ``synopsis-cells`` rows."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from .. import ledger as _ledger
 from .._validation import check_epsilon, check_int_at_least
 from ..accounting.filter import convert
 from ..ledger_state import weights
+from ..projection import ProjectionPlan, check_project, private_projected_seeds
 from ..seeding import SeedingPlan, parse_domain, private_seeds
 from ..synopsis import Synopsis
 from .admission import BudgetExceededError, _largest_fitting
@@ -40,11 +43,13 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
                            rng: np.random.Generator | None, noise: str,
                            seed_record: Any, rounds: int | None, public_seed: int,
                            merge_radius: float | None, min_count: float | None,
-                           c_min: float | None = None, k_cap: int = 64) -> Synopsis:
+                           c_min: float | None = None, k_cap: int = 64,
+                           project: Any = None) -> Synopsis:
     """The body of :meth:`PrivateMemory.snapshot` without seeds (the caller validated
     ``noise`` and the generator; ``pm`` is locked here)."""
     d = pm._dim
     domain = parse_domain(bounds, ball, d)
+    project = check_project(project, d)
     R = None if rounds is None else check_int_at_least("rounds", rounds, 1)
     if isinstance(public_seed, bool) or not isinstance(public_seed, int | np.integer) \
             or public_seed < 0:
@@ -67,9 +72,17 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
                 "no budget remains for a snapshot. Nothing was released or spent.",
                 spent=pm._budget[0], remaining=0.0, requested_total=math.inf)
 
+        def make(rho: float) -> Any:
+            if project is None:
+                return SeedingPlan.make(rho, n, d, R, c_min=c_min, k_cap=k_cap)
+            return ProjectionPlan.make(rho, n, d, project, R, c_min=c_min, k_cap=k_cap)
+
+        def events(plan: Any) -> list[float]:
+            return plan_events(plan) if project is None else plan.events()
+
         def reserved(rho: float) -> tuple:
-            plan = SeedingPlan.make(rho, n, d, R, c_min=c_min, k_cap=k_cap)
-            w = np.stack([weights(acc_events.GaussianStep(x)) for x in plan_events(plan)])
+            plan = make(rho)
+            w = np.stack([weights(acc_events.GaussianStep(x)) for x in events(plan)])
             # every release reads every row (clipped into the domain): the whole space
             return (np.repeat(c0[None], w.shape[0], 0), np.full(w.shape[0], math.inf), w)
 
@@ -86,10 +99,10 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
                 f"no snapshot of {R or 'any number of'} Voronoi rounds fits in what "
                 "remains of the budget. Nothing was released or spent.", spent=pm.spent,
                 remaining=pm.remaining, requested_total=math.inf)
-        plan = SeedingPlan.make(rho, n, d, R, c_min=c_min, k_cap=k_cap)
-        out = private_seeds(pm._memory, domain, plan, noise=noise, rng=rng,
-                            public_seed=int(public_seed), merge_radius=mr, min_count=mc,
-                            n=n)
+        plan = make(rho)
+        run = private_seeds if project is None else private_projected_seeds
+        out = run(pm._memory, domain, plan, noise=noise, rng=rng,
+                  public_seed=int(public_seed), merge_radius=mr, min_count=mc, n=n)
         key = hashlib.sha256(json.dumps({"domain": domain.to_dict(), "plan": plan.to_dict(),
                                          "public_seed": int(public_seed)},
                                         sort_keys=True).encode()).hexdigest()
@@ -102,7 +115,14 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
                                       "sensitivity": rel["sensitivity"],
                                       "sigma": rel["sigma"], "noise": noise,
                                       "domain": domain.to_dict()}
-            if rel["kind"] == "radii":  # outputs: the centres (the histogram in params)
+            if rel.get("space") == "projected":  # released in the subspace (§15.1)
+                params.update(space="projected", projected_dim=rel["dim"])
+            if rel["kind"] == "moments":  # outputs: the noisy second-moment matrix
+                outputs = v[:, None, :]
+                params.update(radius=rel["clip"], unit=rel["unit"], bits=rel["bits"],
+                              sigma_diag=rel["sigma_diag"], mean=C[0].tolist())
+                C = v  # one output row per coordinate
+            elif rel["kind"] == "radii":  # outputs: the centres (the histogram in params)
                 outputs = np.concatenate([C[:, None, :], np.zeros_like(C)[:, None, :]], 1)
                 params.update(edges=np.asarray(rel["edges"]).tolist(),
                               noisy_counts=v.tolist())
@@ -111,8 +131,9 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
                 params.update(radius=rel["clip"], unit=rel["unit"],
                               noisy_counts=(v[:, -1] / rel["clip"]).tolist())
             rows.append(({
-                "method": _ledger.CELLS_METHOD, "queries": int(C.shape[0]), "steps": 2,
-                "dim": d, "epsilon": convert(weights(ev), b_delta), "delta": b_delta,
+                "method": _ledger.CELLS_METHOD, "queries": int(C.shape[0]),
+                "steps": int(outputs.shape[1]), "dim": d,
+                "epsilon": convert(weights(ev), b_delta), "delta": b_delta,
                 "release": "cells", "event": _ledger.event_to_dict(ev), "params": params,
                 "privacy": {},
             }, f"cells:{key}:{len(pm._rows)}:{i}", c0[None], np.array([math.inf]),
@@ -125,23 +146,37 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
         pm._absorb([row[:4] for row in rows])
         if pm._db is not None:
             pm._last_id, pm._last_mac = got.id, pm._db.meta["head"]["mac"]
-        total_w = sum(weights(acc_events.GaussianStep(x)) for x in plan_events(plan))
+        total_w = sum(weights(acc_events.GaussianStep(x)) for x in events(plan))
         cost = convert(total_w, b_delta)
     counts = np.maximum(np.rint(out["counts"]), 0).astype(np.int64)
+    sp = plan if project is None else plan.at(out["projection"]["k"])
     params = {
         "seeding": "private", "method": "none", "release": "none", "steps": 0,
-        "rounds": plan.rounds, "c_min": plan.c_min, "domain": domain.to_dict(),
+        "rounds": sp.rounds, "c_min": sp.c_min, "domain": domain.to_dict(),
         "scale": out["scale"],
         "cell_radius": out["clip"], "merge_radius": out["merge_radius"],
-        "min_count": out["min_count"], "k0": plan.k0, "m_star": plan.m_star,
-        "split_rounds": list(plan.split_rounds), "public_seed": int(public_seed),
-        "rho": plan.rho, "rho_centre": plan.rho_centre, "rho_radii": plan.rho_radii,
-        "groups": plan.k0, "trace": out["trace"], "noise": noise,
+        "min_count": out["min_count"], "k0": sp.k0, "m_star": sp.m_star,
+        "split_rounds": list(sp.split_rounds), "public_seed": int(public_seed),
+        "rho": plan.rho, "rho_centre": sp.rho_centre, "rho_radii": sp.rho_radii,
+        "groups": sp.k0, "trace": out["trace"], "noise": noise,
         "accounting": pm._accounting,
     }
+    if project is not None:
+        pr = out["projection"]
+        params["project"] = {
+            "k": int(pr["k"]), "rule": "auto" if project == "auto" else "fixed",
+            "k_max": plan.k_ref, "basis": pr["basis"].tolist(),
+            "mean": pr["mean"].tolist(), "clip": pr["clip"], "bits": pr["bits"],
+            "eigenvalues": pr["eigenvalues"].tolist(), "edge": pr["edge"],
+            "residual": pr["residual"], "scale_full": pr["scale_full"],
+            "rho_centre": plan.rho_centre, "rho_scale": plan.rho_scale,
+            "rho_moments": plan.rho_moments, "rho_synopsis": plan.rho_synopsis,
+        }
+        params["scale_space"] = "projected"
+    cell_rho = sp.rho_round
     if seed_record is not None:
         params["seed"] = seed_record
     return Synopsis(
         attractors=out["attractors"], counts=counts, radius=pm.radius,
         seeds=np.empty((0, d)), endpoints=np.empty((0, d)), epsilon=cost, delta=b_delta,
-        seed_epsilon=0.0, seed_delta=0.0, cell_rho=plan.rho_round, params=params)
+        seed_epsilon=0.0, seed_delta=0.0, cell_rho=cell_rho, params=params)

@@ -306,7 +306,7 @@ def _add_real(sub) -> None:
                    help="public-data settings: split (a public split of the same "
                    "population, the default), none (no public data), sample (50 public "
                    "rows), shifted (public rows of classes 0-4 only); the last three "
-                   "run on digits, mnist784 and mnist_rp64 (default: split)")
+                   "run on digits, mnist784, mnist_rp64 and mnist784_7k (default: split)")
     p.add_argument("--methods", nargs="+", choices=real.METHODS, default=None,
                    metavar="METHOD", help=f"subset of {' '.join(real.METHODS)} (default "
                    f"{' '.join(d.methods)})")

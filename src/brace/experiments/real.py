@@ -115,7 +115,7 @@ GATES = (4.0, 8.0, 16.0, 32.0)  # gate sizes tried on public data (target_gate N
 
 #: Methods in table order; the last two are not private releases.
 METHODS = ("brace_global", "brace_local", "global_noise", "synopsis", "synopsis_private",
-           "noiseless", "public_only")
+           "synopsis_private_pca", "noiseless", "public_only")
 #: Public-data settings (module docstring); "split" is the original setting.
 SETTINGS = ("split", "none", "sample", "shifted")
 SAMPLE_SIZE = 50  # rows of the "sample" setting's public data
@@ -133,11 +133,16 @@ LABELS = {
     "global_noise": "global noise",
     "synopsis": "synopsis",
     "synopsis_private": "synopsis, no public data",
+    "synopsis_private_pca": "synopsis, no public data, private PCA",
     "noiseless": "noiseless (NOT private)",
     "public_only": "public seeds only",
 }
 _DS_CODE = {name: i + 1 for i, name in enumerate(NAMES)}
-_METHOD_CODE = {m: i + 1 for i, m in enumerate(METHODS)}
+#: the noise's entropy per method (fixed: a method added later draws its own)
+_METHOD_CODE = {"brace_global": 1, "brace_local": 2, "global_noise": 3, "synopsis": 4,
+                "synopsis_private": 5, "noiseless": 6, "public_only": 7,
+                "synopsis_private_pca": 8}
+_PRIVATE_SYNOPSES = ("synopsis_private", "synopsis_private_pca")
 _SETTING_CODE = {s_: i for i, s_ in enumerate(SETTINGS)}  # "split": 0 (no extra entropy)
 _DEFAULT_DATASETS = ("breast_cancer", "digits", "mnist16", "mnist64")
 _DEFAULT_METHODS = ("brace_global", "brace_local", "global_noise", "synopsis", "noiseless",
@@ -256,7 +261,7 @@ def _applies(ds: str, setting: str, method: str) -> bool:
     noiseless ceiling."""
     if setting != "split" and ds not in DOMAINS:
         return False
-    if method == "synopsis_private" and ds not in DOMAINS:
+    if method in _PRIVATE_SYNOPSES and ds not in DOMAINS:
         return False
     return not (setting == "none" and method in ("synopsis", "noiseless"))
 
@@ -515,18 +520,21 @@ def _scale(cfg, prep, eps_total, rep, cache) -> dict:
     return cache[key]
 
 
-def _synopsis(cfg, prep, pub: _Public, eps_total, rep, cache, private=False) -> dict:
-    setting = "any" if private else pub.setting
+def _synopsis(cfg, prep, pub: _Public, eps_total, rep, cache, private=False,
+              project=None) -> dict:
+    setting = ("any" if project is None else "any-pca") if private else pub.setting
     key = (prep.data.name, setting, float(eps_total), rep)
     if key not in cache:
         t0 = time.perf_counter()
         pm = PrivateMemory(prep.mem, budget=(eps_total, cfg.delta), accounting="global")
         code = 0 if private else _SETTING_CODE[pub.setting]
+        name = ("synopsis" if not private else "synopsis_private" if project is None
+                else "synopsis_private_pca")
         seed = _ss(cfg.seed, _DS_CODE[prep.data.name], 0, _milli(eps_total), rep,
-                   _METHOD_CODE["synopsis_private" if private else "synopsis"],
-                   *(() if code == 0 else (code,)))
+                   _METHOD_CODE[name], *(() if code == 0 else (code,)))
         if private:  # no public data: seeds found inside the public domain
-            syn = pm.snapshot(bounds=DOMAINS[prep.data.name], epsilon=None, seed=seed)
+            syn = pm.snapshot(bounds=DOMAINS[prep.data.name], epsilon=None, seed=seed,
+                              project=project)
         else:
             # cell rounds from the public centres (no trajectories), cells of the clean
             # public radius, a centre without enough noisy mass kept where it is
@@ -535,7 +543,8 @@ def _synopsis(cfg, prep, pub: _Public, eps_total, rep, cache, private=False) -> 
                               merge_radius=pub.cell_radius / 2, keep_seeds=True)
         cache[key] = {"syn": syn, "spent": float(pm.spent),
                       "build_s": time.perf_counter() - t0,
-                      "n_attractors": int(np.asarray(syn.attractors).shape[0])}
+                      "n_attractors": int(np.asarray(syn.attractors).shape[0]),
+                      "k": (syn.params["project"]["k"] if project is not None else None)}
     return cache[key]
 
 
@@ -576,12 +585,15 @@ def _cell(cfg, prep, pub: _Public, qs: _Queries, Q, eps, method, syn_cache,
                 y = pub.public_mem.retrieve(q, pub.steps)[:, -1]
             else:  # the floor at its best gate size on these very queries (favours it)
                 y, info["floor_gate"] = _best_floor(prep, pub, q, labels)
-        elif method in ("synopsis", "synopsis_private"):
+        elif method in ("synopsis", *_PRIVATE_SYNOPSES):
             s_ = _synopsis(cfg, prep, pub, eps, rep, syn_cache,
-                           private=method == "synopsis_private")
+                           private=method in _PRIVATE_SYNOPSES,
+                           project="auto" if method == "synopsis_private_pca" else None)
             y = np.asarray(s_["syn"].complete(q))
             info = {"epsilon_spent": s_["spent"], "build_s": s_["build_s"],
                     "n_attractors": s_["n_attractors"]}
+            if s_["k"] is not None:
+                info["projected_dim"] = s_["k"]
         else:
             r = _per_query(cfg, prep, pub, qs, Q, eps, method, rep, syn_cache)
             y = r.pop("y")
@@ -599,11 +611,13 @@ def _cell(cfg, prep, pub: _Public, qs: _Queries, Q, eps, method, syn_cache,
             "accounting": PER_QUERY[method][1],
             "release_method": PER_QUERY[method][0],
         }
-    elif method in ("synopsis", "synopsis_private"):
+    elif method in ("synopsis", *_PRIVATE_SYNOPSES):
         extra = {"epsilon_per_query": None,
                  "epsilon_spent": float(np.mean([p["epsilon_spent"] for p in per_rep])),
                  "n_attractors": float(np.mean([p["n_attractors"] for p in per_rep])),
                  "accounting": "global"}
+        if method == "synopsis_private_pca":
+            extra["projected_dim"] = float(np.mean([p["projected_dim"] for p in per_rep]))
         if method == "synopsis":
             extra.update(n_seeds=int(pub.centres.shape[0]), cell_radius=pub.cell_radius)
     elif method == "noiseless":
@@ -748,7 +762,7 @@ def _cells_summary(records: list[dict]) -> list[dict]:
     keep = ("dataset", "setting", "n_queries", "epsilon_total", "method", "label",
             "private", "accuracy", "mse", "epsilon_per_query", "epsilon_spent",
             "refused_fraction", "queries_scored", "wall_time_s", "query_accuracy",
-            "n_attractors", "n_public")
+            "n_attractors", "n_public", "projected_dim")
     out = [{k: r[k] for k in keep if k in r} for r in records]
     for c, r in zip(out, records, strict=True):
         c.setdefault("setting", "split")
@@ -858,14 +872,15 @@ def beats_floor_table(cells: list[dict], eps: list[float]) -> str:
             c["method"]): c for c in cells}
     lines = ["Private beats public-only (ε ≥ 1): cells where the synopsis's mean accuracy "
              "exceeds public_only's by more than the larger sd over repetitions",
-             "", "| data | setting | synopsis, no public data | synopsis, public seeds |",
-             "|---|---|---:|---:|"]
+             "", "| data | setting | synopsis, no public data | synopsis, no public data, "
+             "private PCA | synopsis, public seeds |",
+             "|---|---|---:|---:|---:|"]
     groups = sorted({(c["dataset"], c.get("setting", "split")) for c in cells
                      if c.get("setting", "split") != "none"},
                     key=lambda k: (NAMES.index(k[0]), SETTINGS.index(k[1])))
     for ds, st_ in groups:
         out = []
-        for m in ("synopsis_private", "synopsis"):
+        for m in ("synopsis_private", "synopsis_private_pca", "synopsis"):
             won = tot = 0
             for (d_, s_, Q, e, m_), c in idx.items():
                 if (d_, s_, m_) != (ds, st_, m) or e is None or e < 1.0:
@@ -884,7 +899,7 @@ def beats_floor_table(cells: list[dict], eps: list[float]) -> str:
 
 _COLOR = {"brace_global": "tab:blue", "brace_local": "tab:purple",
           "global_noise": "tab:green", "synopsis": "tab:orange",
-          "synopsis_private": "tab:red"}
+          "synopsis_private": "tab:red", "synopsis_private_pca": "tab:brown"}
 
 
 def _figures(cfg: RealConfig, summary: dict, out_dir: Path) -> None:
@@ -904,7 +919,7 @@ def _figures(cfg: RealConfig, summary: dict, out_dir: Path) -> None:
         for ax, ds in zip(axes[0], names, strict=True):
             mine = [c for c in cells if c["dataset"] == ds]
             for m in ("brace_global", "brace_local", "global_noise", "synopsis",
-                      "synopsis_private"):
+                      *_PRIVATE_SYNOPSES):
                 for Q in (Qs if not m.startswith("synopsis") else Qs[-1:]):
                     pts = sorted((c["epsilon_total"], c[field]["mean"]) for c in mine
                                  if c["method"] == m and c["n_queries"] == Q)
@@ -956,7 +971,7 @@ def _settings_figure(cfg: RealConfig, summary: dict, out_dir: Path) -> None:
             ax = axes[i, j]
             mine = [c for c in cells if c["dataset"] == ds and c["setting"] == st_]
             Qmax = max((c["n_queries"] for c in mine), default=None)
-            for m in ("synopsis_private", "synopsis", "brace_global"):
+            for m in (*_PRIVATE_SYNOPSES, "synopsis", "brace_global"):
                 pts = sorted((c["epsilon_total"], c["accuracy"]["mean"]) for c in mine
                              if c["method"] == m and c["n_queries"] == Qmax)
                 if pts:

@@ -26,6 +26,10 @@ Data sets (:data:`NAMES`):
   by a **public** seeded Gaussian matrix ``G`` (784 × 64, entries ``N(0, 1/64)``, from
   the constant seed 784064): nothing is fitted; its public domain is the image of the
   cube, the box ``±0.5·Σ_j |G_jk|`` per coordinate.
+* ``"mnist784_7k"``: raw pixels divided by 255 like ``mnist784``, with the largest bank
+  a disjoint public split allows: the 5,000 bank images **and** the 2,000 images the
+  raw set leaves unused, 7,000 in all; the same 3,000-image public split (its own
+  seeded permutation: the experiment seeds each data set apart).
 
 :data:`DOMAINS` gives the public domain (a box) of the sets whose preprocessing is a
 data-independent constant — digits and raw MNIST — the ones a synopsis without public
@@ -55,7 +59,8 @@ __all__ = [
     "public_radius",
 ]
 
-NAMES = ("breast_cancer", "digits", "mnist16", "mnist64", "mnist784", "mnist_rp64")
+NAMES = ("breast_cancer", "digits", "mnist16", "mnist64", "mnist784", "mnist_rp64",
+         "mnist784_7k")
 
 
 def _projection() -> np.ndarray:
@@ -68,7 +73,7 @@ _HALF = 0.5 * np.abs(_projection()).sum(axis=0)
 #: The public domain (a box, after the public scaling) of the sets preprocessed by a
 #: constant only; the others are standardised or projected with public data.
 DOMAINS: dict[str, tuple] = {"digits": (0.0, 1.0), "mnist784": (0.0, 1.0),
-                             "mnist_rp64": (-_HALF, _HALF)}
+                             "mnist_rp64": (-_HALF, _HALF), "mnist784_7k": (0.0, 1.0)}
 
 #: The value a masked feature is set to by :func:`corrupt`: the public mean after
 #: standardisation (breast cancer), a blank pixel (digits), the PCA-fit part's mean image
@@ -257,15 +262,19 @@ def _load_mnist(name: str, dim: int, rng: np.random.Generator,
             split_note=(f"plain seeded permutation of the MNIST test split: {n_bank} bank "
                         f"/ {n_public} public images, disjoint ({n_pca} unused)"),
             feature_scale=_feature_scale((X[pub_idx] - 0.5) @ G))
-    if name == "mnist784":  # raw pixels: no projection, nothing fitted
+    if name in ("mnist784", "mnist784_7k"):  # raw pixels: no projection, nothing fitted
+        big = name == "mnist784_7k"
+        if big:  # the bank takes the images the raw set does not use
+            bank_idx = np.concatenate([bank_idx, pca_idx])
         return RealData(
             name=name, bank=_frozen(X[bank_idx]),
             bank_labels=_frozen(y[bank_idx], np.int64), public=_frozen(X[pub_idx]),
             public_labels=_frozen(y[pub_idx], np.int64),
             scale_note=("pixels divided by 255, their public range (a data-independent "
                         "constant); no projection; the fill value 0 is a blank pixel"),
-            split_note=(f"plain seeded permutation of the MNIST test split: {n_bank} bank "
-                        f"/ {n_public} public images, disjoint ({n_pca} unused)"),
+            split_note=(f"plain seeded permutation of the MNIST test split: "
+                        f"{bank_idx.size} bank / {n_public} public images, disjoint"
+                        + ("" if big else f" ({n_pca} unused)")),
             feature_scale=_feature_scale(X[pub_idx]))
     mean, comps, share = _pca_axes(X[pca_idx], dim)
     public = (X[pub_idx] - mean) @ comps.T
@@ -290,7 +299,8 @@ def load_real(name: str, *, seed: Any, dim: int | None = None,
 
     Parameters
     ----------
-    name : {"breast_cancer", "digits", "mnist16", "mnist64", "mnist784", "mnist_rp64"}
+    name : {"breast_cancer", "digits", "mnist16", "mnist64", "mnist784", "mnist_rp64",
+            "mnist784_7k"}
         ``"mnist"`` with ``dim`` given is also accepted (any ``1 <= dim <= 784``: the PCA);
         ``"mnist784"`` is the raw pixels, ``"mnist_rp64"`` a public random projection.
     seed : int, SeedSequence or numpy Generator
@@ -321,10 +331,10 @@ def load_real(name: str, *, seed: Any, dim: int | None = None,
         if dim is not None and check_int_at_least("dim", dim, 1) != 64:
             raise ValueError(f"'mnist_rp64' is 64-d; dim = {dim} contradicts it.")
         return _load_mnist("mnist_rp64", 64, rng, data_dir)
-    if name == "mnist784":
+    if name in ("mnist784", "mnist784_7k"):
         if dim is not None and check_int_at_least("dim", dim, 1) != 784:
-            raise ValueError(f"'mnist784' is the raw 784 pixels; dim = {dim} contradicts it.")
-        return _load_mnist("mnist784", 784, rng, data_dir)
+            raise ValueError(f"{name!r} is the raw 784 pixels; dim = {dim} contradicts it.")
+        return _load_mnist(name, 784, rng, data_dir)
     if name in ("mnist16", "mnist64", "mnist"):
         named = None if name == "mnist" else int(name[5:])
         if dim is None:

@@ -215,7 +215,7 @@ class SnapshotRequest:
 
 SNAPSHOT_FIELDS = (("epsilon",), ("seeds", "bounds", "steps", "rounds", "method",
                                   "release", "cell_radius", "merge_radius", "min_count",
-                                  "keep_seeds", "again"))
+                                  "keep_seeds", "project", "again"))
 MAX_SNAPSHOT_SEEDS = 4096
 
 
@@ -244,6 +244,11 @@ def snapshot_request(obj: Any, limits: Limits) -> SnapshotRequest:
         kw["release"] = _string(body, "release")
     if "keep_seeds" in body:
         kw["keep_seeds"] = _bool(body, "keep_seeds")
+    if body.get("project") is not None:  # a private subspace first (checked by snapshot)
+        v = body["project"]
+        if not (v == "auto" or (isinstance(v, int) and not isinstance(v, bool))):
+            raise _invalid("project must be \"auto\" or an integer k (1 <= k < d).")
+        kw["project"] = v
     return SnapshotRequest(kw, _bool(body, "again"))
 
 
