@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy import integrate, optimize, stats
 
@@ -634,3 +634,27 @@ def test_gate_rule_is_public_and_meets_the_oracle_target():
     assert old > 10 * float(ratio[1])
     with pytest.raises(ValueError, match="n must be"):
         choose_gamma_for_gates(eps, dl, T, dim=d, n=0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(eps=st.floats(1e-3, 100.0), log_delta=st.floats(-12.0, -2.0),
+       steps=st.integers(1, 30), dim=st.sampled_from([1, 8, 64, 784]),
+       gamma=st.sampled_from([0.0, 1e-9, 1e-4, 1e-2]))
+def test_calibration_root_search_is_the_largest_feasible(eps, log_delta, steps, dim, gamma):
+    """The calibration's root search (Brent on log ρ, stepping back to the feasible side)
+    returns a ρ that never overspends and is the largest to a relative 1e-8; the γ rule's
+    search returns the largest γ with ρ(γ) ≥ 0.9·ρ(0) to a relative 1e-6."""
+    from brace.accounting.calibration import _choose_gamma, _eps_and_order
+
+    delta = 10.0 ** log_delta
+    try:
+        rho = calibrate_rho(eps, delta, steps, dim=dim, gamma=gamma)
+    except ValueError:  # γ too large for (ε, δ, T, d): no ρ works
+        assume(False)
+    assert epsilon_spent(rho, steps, delta, dim=dim, gamma=gamma) <= eps
+    assert epsilon_spent(rho * (1 + 1e-8), steps, delta, dim=dim, gamma=gamma) > eps
+    g = _choose_gamma(eps, delta, steps, dim)
+    target = 0.9 * calibrate_rho(eps, delta, steps, dim=dim)
+    if g > 0.0:
+        assert _eps_and_order(target, steps, delta, dim, g)[0] <= eps
+    assert _eps_and_order(target, steps, delta, dim, max(g, 1e-12) * (1 + 1e-6))[0] > eps

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import brace
 from brace import BudgetExceededError, PrivateMemory
@@ -342,6 +344,41 @@ def test_advice_is_cached_per_plan_and_per_spend(bank, monkeypatch, tmp_path):
     again = pm.affordable_epsilon(q, steps=2, method="global")
     advice._cached_plan.cache_clear()
     fresh = PrivateMemory(bank, radius=0.8, budget=(8.0, 1e-5), ledger=path)
-    assert fresh.affordable_epsilon(q, steps=2, method="global") == again < first[0]
+    cold = fresh.affordable_epsilon(q, steps=2, method="global")
+    # the warm search starts from the earlier answer (a public hint): the same answer to
+    # the contract's relative 1e-5, and admitted
+    assert again < first[0] and again == pytest.approx(cold, rel=2e-5)
+    fresh.retrieve(q, steps=2, epsilon=again, method="global", seed=2)
     pm.close()
     fresh.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(answer=st.floats(-9.0, 9.0), shift=st.floats(-3.0, 3.0),
+       power=st.floats(1.0, 2.0), jump=st.booleans(), tiny=st.booleans())
+def test_hinted_search_meets_the_same_contract(answer, shift, power, jump, tiny):
+    """``_largest_fitting(…, hint=…)`` (the warm search of affordable_epsilon and
+    recommend after a release) returns what the cold search does to a relative 1e-5:
+    an admitted x whose neighbour at 2·1e-5 above is refused, for usage curves ε^s
+    (s ∈ [1, 2]) with or without a jump at the answer, whether the answer moved from
+    the hint by a lot (``shift``) or by 1e-6 (``tiny``)."""
+    from brace.budget.admission import _largest_fitting
+
+    root = math.exp(answer)
+
+    def usage(x: float) -> float:
+        if jump:  # usage jumps from 0.01 to 2 at the root (a release mode switch)
+            return 0.01 * (x / root) ** power if x <= root else 2.0 * (x / root) ** power
+        return (x / root) ** power
+
+    hint = root * math.exp(1e-6 if tiny else shift)
+    cold = _largest_fitting(usage, 1e-5, 1e4)
+    warm = _largest_fitting(usage, 1e-5, 1e4, hint=hint)
+    for got in (cold, warm):
+        if root < 1e-5:
+            assert got == 0.0
+        elif root >= 1e4:
+            assert got == 1e4
+        else:
+            assert usage(got) <= 1.0 < usage(got * (1.0 + 2e-5))
+    assert warm == pytest.approx(cold, rel=2e-5)

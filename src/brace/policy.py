@@ -58,8 +58,8 @@ def choose_gamma(
 
     Depends only on the public (ε, δ, T, d, fraction), never on the data (``docs/spec.md`` §4).
     Because ``ε(ρ, γ)`` is nondecreasing in both arguments, ``calibrate_rho(γ) ≥ f·ρ_0``
-    iff ``ε(f·ρ_0, γ) ≤ ε``, so the rule is a bisection on γ of one accounting call each
-    (relative tolerance 1e-7, returning the feasible end).
+    iff ``ε(f·ρ_0, γ) ≤ ε``, so the rule is a root search on ``log γ`` (Brent's method, one
+    accounting call each, relative tolerance 1e-7), returning the feasible end.
     """
     eps, dl, t, d, _ = _check_common(epsilon, delta, steps, dim, 0.0)
     f = check_positive("fraction", fraction)

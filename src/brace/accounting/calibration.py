@@ -1,7 +1,7 @@
 """Noise calibration: the per-step ρ that spends exactly a target (ε, δ).
 
-:func:`calibrate_rho` inverts the accountant (:class:`brace.accounting.RdpAccountant`) by
-bisection; :func:`calibrate` (smooth or fixed-sensitivity steps) and
+:func:`calibrate_rho` inverts the accountant (:class:`brace.accounting.RdpAccountant`) by a
+bracketed root search on ``log ρ``; :func:`calibrate` (smooth or fixed-sensitivity steps) and
 :func:`calibrate_count` (the count release, ``docs/privacy-accounting.md`` §9) return a
 frozen :class:`brace.accounting.PrivacySpent` that says what a release spends
 (``docs/spec.md`` §4). Which γ or release to use is the release policy's choice
@@ -11,6 +11,10 @@ frozen :class:`brace.accounting.PrivacySpent` that says what a release spends
 from __future__ import annotations
 
 import math
+from typing import Any
+
+import numpy as np
+from scipy.optimize import brentq
 
 from .._validation import (
     check_delta,
@@ -91,6 +95,28 @@ def epsilon_spent(
     return _eps_and_order(rho, t, dl, d, g)[0]
 
 
+def _largest_feasible_log(g: Any, lo: float, hi: float, rtol: float = _RHO_RTOL) -> float:
+    """The largest ``x`` (to relative ``rtol``) in ``[lo, hi]`` with ``g(log x) ≤ 0``,
+    given ``g(log lo) ≤ 0 < g(log hi)`` and ``g`` nondecreasing: Brent's method on
+    ``log x`` (a handful of evaluations for the smooth ``ε(ρ)`` and ``ε(γ)``, where
+    bisection takes twenty to thirty), then a step back onto the feasible side if the
+    root it returns is not. Only the sign of ``g`` decides what is returned."""
+    a, b = math.log(lo), math.log(hi)
+    if not b - a > rtol:
+        return lo
+
+    def capped(t: float) -> float:  # Brent's interpolation needs finite values
+        return min(g(t), 1e300)
+
+    tol = rtol / 4.0
+    t = brentq(capped, a, b, xtol=tol, rtol=4.0 * np.finfo(float).eps, maxiter=200)
+    step = tol
+    while t > a and not g(t) <= 0.0:
+        t = max(a, t - step)
+        step *= 2.0
+    return math.exp(t) if t > a else lo
+
+
 def _calibrate_rho(epsilon: float, delta: float, steps: int, dim: int, gamma: float) -> float:
     """Largest ρ (to relative 1e-9) with ``ε(ρ) ≤ epsilon``; inputs already validated."""
 
@@ -106,7 +132,7 @@ def _calibrate_rho(epsilon: float, delta: float, steps: int, dim: int, gamma: fl
                 f">= the target {epsilon}, even with infinite noise. Use a smaller gamma "
                 f"(e.g. choose_gamma(...))."
             )
-    # ε(ρ) is continuous and nondecreasing in ρ (docs, §5): bracket on log ρ, then bisect.
+    # ε(ρ) is continuous and nondecreasing in ρ (docs, §5): bracket on log ρ, then Brent.
     guess = rho_from_eps_delta(epsilon, delta) / steps
     lo = hi = guess
     if eps_of(guess) <= epsilon:
@@ -131,12 +157,7 @@ def _calibrate_rho(epsilon: float, delta: float, steps: int, dim: int, gamma: fl
                     f"epsilon = {epsilon} is too small for delta = {delta}: the required "
                     "rho per step is below 1e-300. Use a larger epsilon or delta."
                 )
-    while math.log(hi / lo) > _RHO_RTOL:
-        mid = math.sqrt(lo * hi)
-        if eps_of(mid) <= epsilon:
-            lo = mid
-        else:
-            hi = mid
+    lo = _largest_feasible_log(lambda t: eps_of(math.exp(t)) - epsilon, lo, hi)
     # Re-check that the answer never overspends (as dp_accounting's mechanism_calibration).
     spent = eps_of(lo)
     if not spent <= epsilon:  # pragma: no cover - lo is kept feasible by construction
@@ -149,7 +170,7 @@ def calibrate_rho(
 ) -> float:
     """Per-step ρ whose T-fold composition spends exactly (ε, δ) under RDP accounting.
 
-    Bisection on ``log ρ`` to relative tolerance 1e-9, returning the feasible end, so
+    Brent's method on ``log ρ`` to relative tolerance 1e-9, returning the feasible end, so
     ``epsilon_spent(ρ, T, δ, dim=d, gamma=γ) ≤ ε`` always holds (re-checked). With
     γ > 0 the variance term spends ε even as ρ → 0; if that floor already reaches the
     target, no ρ works and a ``ValueError`` says so.
@@ -177,13 +198,18 @@ def _choose_gamma(eps: float, dl: float, t: int, d: int, f: float = 0.9) -> floa
         lo, hi = hi, hi * 2.0
         if hi > 1e3:  # pragma: no cover - α_max → 1 makes every ε infinite long before
             raise RuntimeError("choose_gamma: could not bracket gamma.")
-    while hi - lo > _GAMMA_RTOL * hi and hi > 1e-12:  # below 1e-12, γ = lo (0: global)
-        mid = 0.5 * (lo + hi)
-        if feasible(mid):
-            lo = mid
+    while lo == 0.0:  # halve down to a feasible γ; below 1e-12, γ = 0 (global)
+        if hi / 2.0 < 1e-12:
+            return 0.0
+        if feasible(hi / 2.0):
+            lo = hi / 2.0
         else:
-            hi = mid
-    return lo
+            hi = hi / 2.0
+
+    def excess(log_g: float) -> float:
+        return _eps_and_order(target_rho, t, dl, d, math.exp(log_g))[0] - eps
+
+    return _largest_feasible_log(excess, lo, hi, _GAMMA_RTOL)
 
 
 COUNT_SHARE = 0.09  # default share of the per-step zCDP budget spent on the noisy count

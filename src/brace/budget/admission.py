@@ -167,12 +167,21 @@ def _call_key(q: np.ndarray, T: int, eps: float, dlt: float, method: str, plan: 
     return h.hexdigest()
 
 
-def _largest_fitting(usage: Any, lo: float, hi: float, rel: float = 1e-5) -> float:
+def _largest_fitting(usage: Any, lo: float, hi: float, rel: float = 1e-5,
+                     hint: float | None = None) -> float:
     """The largest ``x ∈ [lo, hi]`` whose filter ``usage(x)`` is ≤ 1 (``usage``
     nondecreasing; ``inf`` where the call cannot be planned), to about a relative
     ``rel``: Brent's method on ``log usage`` against ``log x`` (nearly linear for
     Gaussian steps), then a check that the answer itself is admitted; 0.0 if ``lo`` is
-    not."""
+    not.
+
+    ``hint`` (a public earlier answer, e.g. before the last release) only narrows the
+    bracket: the search first tries the hint's neighbour at a relative ``rel``, then
+    secant steps (at most four, then steps growing ×8) to a point just across the
+    answer, so an answer that did not move costs one or two trials and one that moved
+    a little about three, instead of some thirty over ``[lo, hi]``. What is returned
+    satisfies the same contract either way (the largest admitted ``x`` to a relative
+    ``rel``, itself admitted)."""
     cache: dict[float, float] = {}
 
     def g(t: float) -> float:
@@ -182,11 +191,48 @@ def _largest_fitting(usage: Any, lo: float, hi: float, rel: float = 1e-5) -> flo
         return cache[t]
 
     a, b = math.log(lo), math.log(hi)
+    xtol = rel * 0.1
+    if hint is not None and lo < hint < hi:
+        # first the nearest neighbour of the hint (an answer that did not move, or
+        # moved across a jump of usage, e.g. where the release mode changes); then
+        # secant steps on log usage against log x through the last two trials, each
+        # landing just past the root it predicts, and the neighbour back across it
+        h, xtol = math.log(hint), rel * 0.5
+        up = g(h) <= 0.0  # the answer is at or above the hint: step up to a refusal
+        side = 1.0 if up else -1.0
+
+        def crossed(t: float) -> bool:  # t is on the far side of the answer
+            return (g(t) > 0.0) == up
+
+        near, prev, nxt = h, None, h + side * rel
+        for trial in range(64):  # ×8 growth reaches any end of [lo, hi] well before
+            nxt = min(max(nxt, a), b)
+            if nxt in (a, b) or crossed(nxt):
+                break
+            prev, near = near, nxt
+            slope = (g(near) - g(prev)) / (near - prev)
+            root = near - g(near) / slope if 0.25 < slope < 16.0 else math.nan
+            if trial < 4 and math.isfinite(root) and side * (root - near) > 0.0:
+                nxt = root + side * 0.5 * rel
+            else:
+                nxt = near + side * max(8.0 * abs(near - prev), 0.5 * abs(g(near)))
+        else:  # pragma: no cover - the steps grow ×8 from the fifth on
+            nxt = b if up else a
+        far = nxt
+        if abs(far - near) > 1.01 * rel and far not in (a, b):  # confirm just back across
+            back = far - side * 0.9 * rel
+            if crossed(back):
+                far = back
+            else:
+                near = back
+        a, b = (near, far) if up else (far, near)
     if g(a) > 0.0:
         return 0.0
-    if g(b) <= 0.0:
+    if g(b) <= 0.0:  # only b = log(hi) can be admitted here
         return hi
-    t = brentq(g, a, b, xtol=rel * 0.1, rtol=1e-12, maxiter=200)
+    if b - a <= 2.0 * xtol:
+        return math.exp(a)
+    t = brentq(g, a, b, xtol=xtol, rtol=1e-12, maxiter=200)
     t = min(t, b)
     step = rel
     while g(t) > 0.0 and t > a:  # land on the admitted side

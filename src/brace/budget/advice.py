@@ -105,14 +105,16 @@ class Advice:
     recorded spend: asked again before the next release, they answer at once."""
 
     def _answer(self, key: tuple, compute: Any) -> Any:
-        """``compute()``, kept for ``key`` and the spend it was computed from (call with
-        the lock held, after the ledger was read)."""
+        """``compute(earlier)``, kept for ``key`` and the spend it was computed from (call
+        with the lock held, after the ledger was read). ``earlier`` is the answer kept
+        for ``key`` at an earlier spend (None if none): a public hint that narrows the
+        next search (:func:`_largest_fitting`)."""
         cache = self.__dict__.setdefault("_advice_answers", {})
         state = (len(self._rows), self._last_id, self._last_mac, len(self._index))
         got = cache.get(key)
         if got is not None and got[0] == state:
             return got[1]
-        out = compute()
+        out = compute(None if got is None else got[1])
         if len(cache) >= _ANSWERS:
             cache.pop(next(iter(cache)))
         cache[key] = (state, out)
@@ -146,7 +148,8 @@ class Advice:
                T, dlt, method, noise, repr(sorted(plan_kw.items())))
         with self._locked():
             self._sync_outside()
-            return self._answer(key, lambda: _largest_fitting(usage, 1e-5, 1e4))
+            return self._answer(key, lambda was: _largest_fitting(usage, 1e-5, 1e4,
+                                                                  hint=was or None))
 
     def recommend(self, queries: int, *, steps: int = 1, public_seeds: bool = True,
                   gate_size: float = RECOMMEND_GATE, public_rows: int | None = None
@@ -196,24 +199,25 @@ class Advice:
         def plan(eps: float) -> Any:
             return _plan(self._memory, "brace", eps, dlt, T, Q, "plain", {})
 
-        def search(base: np.ndarray) -> tuple[float, float, float]:
+        def search(base: np.ndarray, was: tuple | None) -> tuple[float, float, float]:
             def usage(eps: float) -> float:  # Q queries at one place: the global price
                 p = plan(eps)
                 if p is None:
                     return math.inf
                 return self._filter.usage(base + weights(p.spent.step_event) * (Q * T))
 
-            eps_q = _largest_fitting(usage, 1e-5, 1e4)
+            eps_q = _largest_fitting(usage, 1e-5, 1e4, hint=(was[0] or None) if was else None)
             rho = plan(eps_q).spent.rho_per_step if eps_q > 0 else 0.0
             # the synopsis without public seeds that what remains would buy (global price)
             rho_s = _largest_fitting(
-                lambda x: self._filter.usage(base + weights(GaussianStep(x))), 1e-12, 1e6)
+                lambda x: self._filter.usage(base + weights(GaussianStep(x))), 1e-12, 1e6,
+                hint=(was[2] or None) if was else None)
             return eps_q, rho, rho_s
 
         with self._locked():
             self._sync_outside()
             eps_q, rho, rho_s = self._answer(("recommend", Q, T),
-                                             lambda: search(self._worst(())))
+                                             lambda was: search(self._worst(()), was))
         noise = (math.sqrt(self._dim) * 2.0 / m / math.sqrt(2.0 * rho)) if rho > 0 \
             else math.inf
         n = int(self._fingerprint["shape"][0])
