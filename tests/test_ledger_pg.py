@@ -169,6 +169,27 @@ def test_refused_pg_call_leaves_the_ledger_unchanged(bank, pg_url):
     assert _state(pg_url) == before
 
 
+def test_a_release_written_at_commit_that_fails_is_neither_served_nor_counted(
+        bank, pg_url, monkeypatch):
+    """The release row, the new head and COMMIT go to the server in one round trip when
+    the transaction ends: if that write fails (here the row's INSERT), the call raises,
+    nothing is recorded, nothing stays counted in memory, and the next call works."""
+    from psycopg import sql
+
+    pm = _new(bank, pg_url)
+    pm.retrieve(bank[:1], steps=1, epsilon=1.0, delta=1e-6, seed=0)
+    before = _state(pg_url)
+    monkeypatch.setitem(pm._db._sql, "insert", sql.SQL(
+        "INSERT INTO no_such_table VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"))
+    with pytest.raises(LedgerError, match="no_such_table"):
+        pm.retrieve(bank[3:4], steps=1, epsilon=1.0, delta=1e-6, seed=1)
+    monkeypatch.undo()
+    assert _state(pg_url) == before and len(pm.releases) == 1
+    pm.retrieve(bank[3:4], steps=1, epsilon=1.0, delta=1e-6, seed=1)  # not a "repeat"
+    assert len(pm.releases) == 2 == len(inspect_ledger(pg_url).releases)
+    assert pm.spent == pytest.approx(inspect_ledger(pg_url).spent_local)
+
+
 def test_a_lost_connection_is_unavailable_then_recovers(bank, pg_url, monkeypatch):
     """The server drops the session (as a restart does): the call fails clearly, and a
     COMMIT lost with it leaves nothing half-known in memory; the next call reconnects."""

@@ -95,6 +95,7 @@ class PgLedger(Ledger):
         self._url = url
         self.schema = schema
         self._in_tx = False
+        self._pending: list[tuple] = []  # release rows appended in this transaction
         m, r = sql.Identifier(schema, "meta"), sql.Identifier(schema, "releases")
         self._sql = {
             # every meta row, locked in key order (the head among them): one round trip
@@ -305,9 +306,11 @@ class PgLedger(Ledger):
             conn = self._live()
             try:
                 ms = max(0, round(self.timeout * 1000))
-                conn.execute(f"BEGIN ISOLATION LEVEL READ COMMITTED; "  # one round trip
-                             f"SET LOCAL lock_timeout = '{ms}ms'")
-                rows = conn.execute(self._sql["lock"]).fetchall()
+                with conn.pipeline():  # one round trip
+                    conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+                    conn.execute(f"SET LOCAL lock_timeout = '{ms}ms'")
+                    cur = conn.execute(self._sql["lock"])
+                rows = cur.fetchall()
                 if not any(k == "head" for k, _ in rows):
                     raise LedgerError(f"ledger {self.path} has no chain head: it was "
                                       "edited or damaged. Restore it from a backup.")
@@ -315,10 +318,14 @@ class PgLedger(Ledger):
             except BaseException:
                 self._rollback()
                 raise
-        self._in_tx = True
+        self._in_tx, self._pending = True, []
         try:
             yield
-            with self._guard():
+            with self._guard(), conn.pipeline():  # the writes and COMMIT: one round trip
+                if self._pending:
+                    with conn.cursor() as cur:
+                        cur.executemany(self._sql["insert"], self._pending)
+                    self._store_meta(self.meta)
                 conn.execute("COMMIT")
         except BaseException as exc:
             self._rollback()
@@ -327,7 +334,7 @@ class PgLedger(Ledger):
                 raise self._error(exc) from None
             raise
         finally:
-            self._in_tx = False
+            self._in_tx, self._pending = False, []
 
     @contextlib.contextmanager
     def read_view(self) -> Iterator[None]:
@@ -376,12 +383,10 @@ class PgLedger(Ledger):
         ctb = np.ascontiguousarray(centres, dtype=np.float64).tobytes()
         rb = np.ascontiguousarray(radii, dtype=np.float64).tobytes()
         mac = self._row_mac(str(head["mac"]), rid, t, call_key, rec, ob, cb, ctb, rb)
-        with self._guard():
-            self._conn.execute(self._sql["insert"],
-                               (rid, t, call_key, rec, ob, cb, ctb, rb, mac))
-            meta = {**self.meta, "head": {"count": rid, "mac": mac}}
-            self._store_meta(meta)
-        self.meta = meta
+        # written with the new head and COMMIT in one round trip when the transaction
+        # ends (:meth:`transaction`); a failure there rolls everything back
+        self._pending.append((rid, t, call_key, rec, ob, cb, ctb, rb, mac))
+        self.meta = {**self.meta, "head": {"count": rid, "mac": mac}}
         return ReleaseRow(rid, t, call_key, json.loads(rec), np.asarray(outputs, np.float64),
                           released_counts, np.asarray(centres, np.float64),
                           np.asarray(radii, np.float64))

@@ -374,8 +374,7 @@ def plan_release(
     if release == "count":
         if share is None:
             share, f_delta = _acc.COUNT_SHARE, _acc.COUNT_PROPOSAL_DELTA
-        spent = _acc.calibrate_count(eps, dlt, T, dim=dim, count_share=share,
-                                     proposal_delta=f_delta)
+        spent = _calibrate_count(eps, dlt, T, dim, share, f_delta)
         gamma_rule = "none (count release)"
     else:
         if gamma_rule == "gates" and gamma is None and brace and accounting == "rdp":
@@ -493,6 +492,15 @@ def _gamma_for_gates(eps: float, dlt: float, T: int, d: int, n: int) -> float:
     if check_nonnegative("gamma", g) == 0:  # pragma: no cover - the rule returns γ > 0
         raise ValueError("gamma must be > 0 for BRACE (γ = 0 is global sensitivity).")
     return g
+
+
+@functools.lru_cache(maxsize=256)
+def _calibrate_count(eps: float, dlt: float, steps: int, dim: int, share: float,
+                     f_delta: float) -> PrivacySpent:
+    """:func:`brace.accounting.calibrate_count`, memoised like :func:`_calibrate`: a
+    call's count release is calibrated once per (ε, δ, T, d, share), not once per call."""
+    return _acc.calibrate_count(eps, dlt, steps, dim=dim, count_share=share,
+                                proposal_delta=f_delta)
 
 
 @functools.lru_cache(maxsize=256)
