@@ -10,6 +10,7 @@ frozen :class:`brace.accounting.PrivacySpent` that says what a release spends
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -117,8 +118,11 @@ def _largest_feasible_log(g: Any, lo: float, hi: float, rtol: float = _RHO_RTOL)
     return math.exp(t) if t > a else lo
 
 
+@functools.lru_cache(maxsize=4096)
 def _calibrate_rho(epsilon: float, delta: float, steps: int, dim: int, gamma: float) -> float:
-    """Largest ρ (to relative 1e-9) with ``ε(ρ) ≤ epsilon``; inputs already validated."""
+    """Largest ρ (to relative 1e-9) with ``ε(ρ) ≤ epsilon``; inputs already validated.
+    Memoised: a pure function of public scalars, which the release rule asks several
+    times for one plan (the global ρ_0, the count release's ρ_s, the chosen γ's ρ)."""
 
     def eps_of(rho: float) -> float:
         return _eps_and_order(rho, steps, delta, dim, gamma)[0]
