@@ -70,6 +70,7 @@ from brace.accounting.filter import FilterSpec, event_weights  # noqa: E402
 from brace.budget import inspect_ledger  # noqa: E402
 from brace.ledger_backend import ledger_class  # noqa: E402
 from brace.plan import plan_release  # noqa: E402
+from brace.serve.service import load_bank  # noqa: E402
 
 ANALYST = "bench-analyst-token-0123456789"
 ADMIN = "bench-admin-token-0123456789ab"
@@ -90,13 +91,15 @@ def free_port() -> int:
 class Server:
     """One ``brace serve`` process (one worker) on a loopback port."""
 
+    bank_mode = "copy"  # set by main() from --bank-mode
+
     def __init__(self, bank: Path, radius: float, ledger: str, keys: Path, log: Path,
                  lock_timeout: float = 120.0, log_level: str = "warning") -> None:
         self.port = free_port()
         self.cmd = [sys.executable, "-m", "brace.cli", "serve", "--bank", str(bank),
                     "--radius", repr(radius), "--ledger", ledger, "--keys", str(keys),
                     "--port", str(self.port), "--log-level", log_level,
-                    "--lock-timeout", str(lock_timeout)]
+                    "--lock-timeout", str(lock_timeout), "--bank-mode", self.bank_mode]
         self.log = log
         self.proc: subprocess.Popen | None = None
 
@@ -567,8 +570,11 @@ def main(argv: list[str] | None = None) -> int:
                                                  "hostile"))
     p.add_argument("--threads", type=int, default=None,
                    help="BLAS/OpenMP threads of this process (servers inherit it)")
+    p.add_argument("--bank-mode", choices=("copy", "mmap"), default="copy",
+                   help="how the servers (and the in-process memories) hold the bank")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
+    Server.bank_mode = args.bank_mode
     if args.quick:
         args.n, args.d, args.calls, args.clients = 5000, 16, 20, [8]
         args.overhead_calls, args.time_limit = 8, 90.0
@@ -583,7 +589,8 @@ def main(argv: list[str] | None = None) -> int:
     keys.write_text(f"bench:{ANALYST}:analyst\nroot:{ADMIN}:admin\n")
     keys.chmod(0o600)
     ctx: dict[str, Any] = {"X": X, "bank": base / "bank.npy", "radius": radius,
-                           "bank_mm": np.load(base / "bank.npy", mmap_mode="r"),
+                           # in process, the bank as the servers hold it
+                           "bank_mm": load_bank(base / "bank.npy", args.bank_mode),
                            "keys": keys, "dir": base, "steps": args.steps,
                            "eps": args.epsilon, "centre": X[0].copy(), "pg": None}
     pg = None
@@ -600,7 +607,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "bench_serve", "date": _dt.datetime.now().isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "versions": versions(), "n": args.n, "d": args.d, "steps": args.steps,
-        "epsilon_per_call": args.epsilon, "radius": radius}
+        "epsilon_per_call": args.epsilon, "radius": radius, "bank_mode": args.bank_mode}
     backends = ["sqlite"] + (["postgresql"] if pg is not None else [])
     try:
         if "overhead" in parts:

@@ -417,3 +417,24 @@ def test_worker_processes_are_configured_from_the_environment(tmp_path, bank, mo
     monkeypatch.setattr(sys, "stdin", __import__("io").StringIO(ADMIN + "\n"))
     assert main(["serve", "--hash-token"]) == 0
     assert capsys.readouterr().out.strip() == hash_token(ADMIN)
+
+
+def test_the_server_holds_an_immutable_copy_of_the_bank_or_a_map(tmp_path, bank):
+    """``--bank-mode copy`` (the default): an immutable in-memory copy, hashed once, so
+    a call skips the per-call re-hash; ``mmap``: the .npy memory-mapped (re-hashed at
+    every call); anything else is refused."""
+    from brace.memory import _is_frozen
+    from brace.serve.service import load_bank
+
+    config = _deploy(tmp_path, bank)
+    service = Service(config)
+    assert config.bank_mode == "copy" and _is_frozen(service.bank)
+    assert np.array_equal(service.bank, bank) and "immutable copy" in service.describe()
+    service.close()
+    mapped = Service(ServeConfig(**{**config.__dict__, "bank_mode": "mmap"}))
+    assert isinstance(mapped.bank, np.memmap) and not _is_frozen(mapped.bank)
+    assert "memory-mapped" in mapped.describe()
+    mapped.close()
+    with pytest.raises(ValueError, match="bank mode must be one of"):
+        load_bank(config.bank, "copy-on-write")
+    assert ServeConfig.from_json(config.to_json()) == config

@@ -19,7 +19,7 @@ from .mechanisms import (
     certificate,
     private_retrieve,
 )
-from .memory import BankMutatedError, LSEMemory, LSRMemory
+from .memory import BankMutatedError, LSEMemory, LSRMemory, frozen_bank
 from .plan import ReleasePlan, plan_release
 from .results import NoiselessResult, load_result, noiseless_retrieve, save_result
 from .synopsis import Synopsis
@@ -39,6 +39,7 @@ __all__ = [
     "ReleasePlan",
     "Synopsis",
     "certificate",
+    "frozen_bank",
     "load_result",
     "noiseless_retrieve",
     "plan_release",

@@ -66,6 +66,7 @@ __all__ = [
     "LSEMemory",
     "LOG_FLOOR",
     "BankMutatedError",
+    "frozen_bank",
     "pins_bank",
 ]
 
@@ -86,6 +87,40 @@ def _distinct_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _is_dask(x: Any) -> bool:
     return type(x).__module__.split(".")[0] == "dask" and hasattr(x, "chunks")
+
+
+def frozen_bank(bank: Any) -> np.ndarray:
+    """A read-only copy of ``bank`` whose memory is an immutable ``bytes`` object
+    (``docs/scale.md``, "No copies"): float32 and float64 kept, other real dtypes
+    converted to float64, C order. Nothing written through numpy can change it
+    (``setflags(write=True)`` raises), so a memory on it skips the per-call re-hash of
+    the bank that guards a mutable array against edits: the fingerprint is computed
+    once, at validation. Costs one copy of the bank (``n·d`` items) when made.
+
+    >>> import numpy as np
+    >>> X = frozen_bank(np.eye(3))
+    >>> X.flags.writeable
+    False
+    """
+    arr = bank if isinstance(bank, np.ndarray) else np.asarray(bank)
+    if arr.dtype == bool or arr.dtype.kind not in "iuf":
+        raise TypeError(f"bank must hold real numbers (integer or float); got dtype "
+                        f"{arr.dtype}.")
+    _check_shape(arr.shape)
+    dtype = arr.dtype if arr.dtype in BANK_DTYPES else np.dtype(np.float64)
+    data = np.ascontiguousarray(arr, dtype=dtype).tobytes()  # the one copy
+    return np.frombuffer(data, dtype=dtype).reshape(arr.shape)
+
+
+def _is_frozen(arr: np.ndarray) -> bool:
+    """The array's memory is an immutable ``bytes`` object (:func:`frozen_bank`), and it
+    is not a memory map (whose file another process could rewrite)."""
+    base: Any = arr
+    while isinstance(base, np.ndarray):
+        if isinstance(base, np.memmap):
+            return False
+        base = base.base
+    return type(base) is bytes
 
 
 def _validate_numpy(bank: Any) -> _BankState:
@@ -118,7 +153,8 @@ def _validate_numpy(bank: Any) -> _BankState:
             release(b0, b0 + Xb.shape[0])
     if bad:
         raise range_error(bad, X.dtype)
-    return _BankState(bank, X, sq, kind, h.hexdigest(), release, {"unchecked": True})
+    extra = {"unchecked": True, "frozen": kind == "memory" and _is_frozen(X)}
+    return _BankState(bank, X, sq, kind, h.hexdigest(), release, extra)
 
 
 def _validate(bank: Any) -> _BankState:
@@ -127,6 +163,10 @@ def _validate(bank: Any) -> _BankState:
     if is_torch_tensor(bank):
         return validate_torch(bank)
     return _validate_numpy(bank)
+
+
+def _frozen(st: _BankState) -> bool:
+    return bool(st.extra) and bool(st.extra.get("frozen"))
 
 
 class _MemoryBase:
@@ -149,8 +189,9 @@ class _MemoryBase:
         return None if got is None else got[0]
 
     def _is_pinned(self, st: _BankState) -> bool:
-        """Passes on ``st`` may skip their own hashing (verified at the scope's exit)."""
-        return st.kind != "dask" and self._pin() is st
+        """Passes on ``st`` may skip their own hashing: verified at the scope's exit, or
+        never to be verified again (a :func:`frozen_bank`, which cannot change)."""
+        return st.kind != "dask" and (self._pin() is st or _frozen(st))
 
     @contextlib.contextmanager
     def _pinned(self):
@@ -197,7 +238,7 @@ class _MemoryBase:
     def _verify(self, st: _BankState) -> None:
         """Re-hash the whole bank (passes that do not read every row, such as the KD-tree
         pass and the public ``_bank()`` accessor); a no-op inside a pinned scope."""
-        if self._is_pinned(st):
+        if self._is_pinned(st) or _frozen(st):
             return
         if st.kind == "dask":
             verify_dask(st)

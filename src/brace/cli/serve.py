@@ -34,8 +34,12 @@ def add_parser(sub) -> None:
         "B --radius R --budget E. The ledger key, if any, comes from $BRACE_LEDGER_KEY. "
         "See docs/deploying.md.",
     )
-    p.add_argument("--bank", help="the (n, d) bank, .npy (memory-mapped) or .npz/.csv "
-                   "(no default: required)")
+    p.add_argument("--bank", help="the (n, d) bank, .npy or .npz/.csv (no default: "
+                   "required)")
+    p.add_argument("--bank-mode", choices=("copy", "mmap"), default="copy",
+                   help="copy: hold an immutable copy of the bank in memory (each call "
+                   "skips re-hashing the bank; the default); mmap: keep a .npy bank "
+                   "memory-mapped, for banks larger than memory (re-hashed at every call)")
     p.add_argument("--radius", type=finite_float, help="support radius r; must be the "
                    "ledger's (no default: required)")
     p.add_argument("--ledger", help="the ledger: an SQLite file or a postgresql:// URL, "
@@ -100,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         keys=os.path.abspath(args.keys),
         limits=Limits(args.max_body, args.max_queries, args.max_steps),
         lock_timeout=float(args.lock_timeout), accounting=args.accounting,
-        log_level=args.log_level)
+        log_level=args.log_level, bank_mode=args.bank_mode)
     # check everything once before listening: keys, bank, and that the ledger is this
     # bank's (a foreign ledger is refused here, with one line)
     service = Service(config)
