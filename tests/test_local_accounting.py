@@ -10,7 +10,7 @@ import zlib
 import numpy as np
 import pytest
 
-from brace import BudgetExceededError, LSRMemory, PrivateMemory, private_retrieve
+from brace import BudgetExceededError, LSRMemory, PrivateMemory, frozen_bank, private_retrieve
 from brace.accounting import CountedGaussianStep, GaussianStep, RdpAccountant
 from brace.accounting.filter import ORDERS, FilterSpec, FootprintIndex, K, convert, event_weights
 from brace.footprints import (
@@ -59,7 +59,7 @@ CASES = [
 
 
 TEETH = [(c, "float64") for c in CASES] + [
-    (c, b) for b in ("float32", "kdtree", "auto", "mmap", "dask")
+    (c, b) for b in ("float32", "kdtree", "auto", "mmap", "dask", "frozen")
     for c in (CASES[0], CASES[3])]
 
 
@@ -90,6 +90,8 @@ def test_moving_a_row_outside_every_footprint_changes_nothing(case, backend, tmp
         if backend == "dask":
             da = pytest.importorskip("dask.array")
             return LSRMemory(da.from_array(bank, chunks=(80, d)), **kw)
+        if backend == "frozen":  # hashed once, never per call (brace.frozen_bank)
+            return LSRMemory(frozen_bank(bank), **kw)
         return LSRMemory(bank, index="brute", **kw)
 
     Xb = X.astype(np.float32).astype(np.float64) if backend == "float32" else X

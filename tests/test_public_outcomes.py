@@ -68,6 +68,8 @@ def _as_backend(X: np.ndarray, backend: str, tmp_path):
     if backend == "torch":
         torch = pytest.importorskip("torch")
         return torch.from_numpy(X.copy()), {}
+    if backend == "frozen":
+        return brace.frozen_bank(X), {}
     return X, {}
 
 
@@ -117,7 +119,7 @@ def _calls(pm) -> list:
     return out
 
 
-BACKENDS = ["brute", "kdtree", "auto", "mmap", "dask", "torch"]
+BACKENDS = ["brute", "kdtree", "auto", "mmap", "dask", "torch", "frozen"]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

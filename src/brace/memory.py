@@ -113,12 +113,10 @@ def frozen_bank(bank: Any) -> np.ndarray:
 
 
 def _is_frozen(arr: np.ndarray) -> bool:
-    """The array's memory is an immutable ``bytes`` object (:func:`frozen_bank`), and it
-    is not a memory map (whose file another process could rewrite)."""
+    """The array's memory is an immutable ``bytes`` object (:func:`frozen_bank`); a
+    memory map's is an ``mmap`` (its file can be rewritten), a writable array's its own."""
     base: Any = arr
     while isinstance(base, np.ndarray):
-        if isinstance(base, np.memmap):
-            return False
         base = base.base
     return type(base) is bytes
 

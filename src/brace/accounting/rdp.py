@@ -45,8 +45,7 @@ __all__ = ["smooth_gaussian_rdp", "max_rdp_order", "rdp_to_epsilon"]
 
 _X_MIN = 1e-6  # smallest α − 1 considered by the conversion (the bound is useless there)
 _X_MAX = 1e12  # largest α − 1 considered when every order is finite (γ = 0)
-_REFINE_ROUNDS = 1  # vectorised refinements of the grid's bracket ...
-_REFINE_POINTS = 129  # ... of this many orders each (the bracket ÷ 64 per round)
+_REFINE_POINTS = 129  # orders of the pass across the grid's bracket (its spacing ÷ 64)
 
 
 def max_rdp_order(gamma: float) -> float:
@@ -182,12 +181,11 @@ def _minimize_conversion(
     """``min_α`` of the conversion over continuous ``α ∈ (1, alpha_max)``.
 
     A log grid over ``x = α − 1`` (dense near ``alpha_max`` where the curve blows up)
-    brackets the minimiser; :data:`_REFINE_ROUNDS` vectorised rounds of
-    :data:`_REFINE_POINTS` points on ``log x`` shrink the bracket around the best point
-    (each by a factor ``(_REFINE_POINTS − 1)/2``), and a parabola through the best point
-    and its neighbours proposes one more order. The smallest value seen is returned
-    with its order, so the answer is never worse than the grid and always a valid ε
-    (any order is); the rounds only make it tighter.
+    brackets the minimiser; one vectorised pass of :data:`_REFINE_POINTS` orders evenly
+    spaced in ``log x`` across the bracket, and the vertex of the parabola through the
+    best of them and its neighbours, refine it. The smallest value seen is returned with
+    its order, so the answer is never worse than the grid and always a valid ε (any
+    order is); the refinement only makes it tighter.
     """
 
     def objective(x: np.ndarray) -> np.ndarray:
@@ -212,23 +210,19 @@ def _minimize_conversion(
     if best_eps > 0.0:
         lo_t = math.log(xs[max(i - 1, 0)])
         hi_t = math.log(xs[min(i + 1, xs.size - 1)])
-        for _ in range(_REFINE_ROUNDS):
-            if not hi_t > lo_t:
-                break
+        if hi_t > lo_t:  # one vectorised pass across the bracket, then a parabola
             ts = np.linspace(lo_t, hi_t, _REFINE_POINTS)
             v = objective(np.exp(ts))
             j = int(np.argmin(v))
             if float(v[j]) < best_eps:
                 best_eps, best_x = float(v[j]), math.exp(float(ts[j]))
-            lo_t, hi_t = float(ts[max(j - 1, 0)]), float(ts[min(j + 1, ts.size - 1)])
             if 0 < j < ts.size - 1 and math.isfinite(float(v[j - 1] + v[j + 1])):
                 # the vertex of the parabola through the best point and its neighbours
                 f0, f1, f2 = float(v[j - 1]), float(v[j]), float(v[j + 1])
                 curv = f0 - 2.0 * f1 + f2
                 if curv > 0.0:
-                    h = float(ts[1] - ts[0])
-                    t_star = float(ts[j]) + 0.5 * h * (f0 - f2) / curv
-                    if lo_t < t_star < hi_t:
+                    t_star = float(ts[j]) + 0.5 * float(ts[1] - ts[0]) * (f0 - f2) / curv
+                    if ts[j - 1] < t_star < ts[j + 1]:
                         e = float(objective(np.array([math.exp(t_star)]))[0])
                         if e < best_eps:
                             best_eps, best_x = e, math.exp(t_star)
