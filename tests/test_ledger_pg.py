@@ -437,3 +437,18 @@ def test_cli_init_show_backup_restore_with_a_url(bank, pg_url, pg_server, tmp_pa
     assert main(["ledger", "init", pg_url, "--bank", str(tmp_path / "bank.npy"),
                  "--radius", "0.8", "--budget", "20"]) == 2
     assert "already exists" in capsys.readouterr().err
+
+
+def test_a_closed_pg_ledger_is_an_error_not_a_reconnection(bank, pg_url):
+    """After ``close()`` the PostgreSQL ledger refuses every use (it reconnects only after
+    a lost connection), and a write outside a transaction is refused."""
+    pm = _new(bank, pg_url)
+    pm.retrieve(bank[:1], steps=1, epsilon=1.0, delta=1e-6, seed=0)
+    db = pm._db
+    with db.read_view(), pytest.raises(LedgerError, match="only inside transaction"):
+        db.insert_raw([], db.meta)
+    pm.close()
+    assert db.closed
+    with pytest.raises(LedgerError, match="is closed"):
+        pm.retrieve(bank[1:2], steps=1, epsilon=1.0, delta=1e-6, seed=1)
+    assert len(inspect_ledger(pg_url).releases) == 1

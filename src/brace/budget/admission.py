@@ -228,8 +228,8 @@ def _largest_fitting(usage: Any, lo: float, hi: float, rel: float = 1e-5,
         a, b = (near, far) if up else (far, near)
     if g(a) > 0.0:
         return 0.0
-    if g(b) <= 0.0:  # only b = log(hi) can be admitted here
-        return hi
+    if g(b) <= 0.0:  # only b = log(hi) can be admitted here: the value it priced
+        return math.exp(b)
     if b - a <= 2.0 * xtol:
         return math.exp(a)
     t = brentq(g, a, b, xtol=xtol, rtol=1e-12, maxiter=200)

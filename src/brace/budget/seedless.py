@@ -60,7 +60,7 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
         raise ValueError(f"min_count must be finite; got {min_count!r}.")
     n, b_delta = pm._fingerprint["shape"][0], pm._budget[1]
     c0 = domain.centre
-    ctx = pm._db.transaction() if pm._db is not None else contextlib.nullcontext()
+    ctx = pm._ledger_call() if pm._db is not None else contextlib.nullcontext()
     with pm._locked(), ctx:
         if pm._db is not None:
             pm._check_binding(pm._db.meta)
