@@ -331,6 +331,26 @@ def test_errors_after_admission_and_ledger_errors_say_nothing(client, bank, monk
     assert client.get("/healthz").status_code == 200  # the metadata is intact
 
 
+@pytest.mark.parametrize("where", ["release_cell_round", "run_plan"])
+def test_errors_inside_an_admitted_snapshot_say_nothing(client, bank, monkeypatch, where):
+    import brace.budget.snapshot as snapshot
+
+    def fails(*args, **kw):
+        raise ValueError("secret detail: a cell of 3 rows at 0.654321")
+
+    monkeypatch.setattr(snapshot, where, fails)
+    body = {"epsilon": 1.0, "seeds": _q(bank, slice(0, 4)), "steps": 1 if where ==
+            "run_plan" else 0}
+    r = client.post("/v1/snapshot", json=body, headers=ROOT)
+    assert r.status_code == 500 and r.json()["error"] == "internal", r.text
+    assert "secret" not in r.text and "0.654321" not in r.text and "reference" in r.text
+    _no_secrets(r)
+    monkeypatch.undo()
+    assert client.get("/v1/budget", headers=A).json()["releases"] == 0  # nothing spent
+    assert client.get("/v1/synopsis", headers=A).status_code == 404
+    assert client.post("/v1/snapshot", json=body, headers=ROOT).status_code == 200
+
+
 def test_a_foreign_ledger_is_refused(tmp_path, bank):
     config = _deploy(tmp_path, bank)
     np.save(tmp_path / "other.npy", bank[:-1])

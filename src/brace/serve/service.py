@@ -79,7 +79,8 @@ class NoSynopsis(LookupError):
 class ServedMemory(PrivateMemory):
     """:class:`PrivateMemory` as the server uses it: it tells whether a call was a free
     repeat (and of which release), refuses a second snapshot inside the ledger's
-    transaction, and hides the cause of an error after admission."""
+    transaction, and hides the cause of an error after admission (of a retrieval, or of
+    a snapshot's releases: :meth:`_after_admission`)."""
 
     _served_repeat: int | None = None
     _snapshot_once: bool = False
@@ -88,14 +89,21 @@ class ServedMemory(PrivateMemory):
         self._served_repeat = pos + 1
         return super()._repeat(pos, q)
 
-    def _admit_and_run(self, *args: Any, **kw: Any) -> Any:
+    @staticmethod
+    def _hiding(fn: Any, /, *args: Any, **kw: Any) -> Any:
         try:
-            return super()._admit_and_run(*args, **kw)
+            return fn(*args, **kw)
         except (BudgetExceededError, LedgerError):
             raise
         except Exception as exc:
             raise ReleaseFailed("the release failed after it was admitted; nothing was "
                                 "released or spent.") from exc
+
+    def _admit_and_run(self, *args: Any, **kw: Any) -> Any:  # a retrieval
+        return self._hiding(super()._admit_and_run, *args, **kw)
+
+    def _after_admission(self, fn: Any, /, *args: Any, **kw: Any) -> Any:  # a snapshot
+        return self._hiding(super()._after_admission, fn, *args, **kw)
 
     def _sync(self) -> None:
         super()._sync()
