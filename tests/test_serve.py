@@ -351,6 +351,42 @@ def test_errors_inside_an_admitted_snapshot_say_nothing(client, bank, monkeypatc
     assert client.post("/v1/snapshot", json=body, headers=ROOT).status_code == 200
 
 
+def test_a_snapshot_that_cannot_be_published_says_it_was_released(client, bank,
+                                                                  monkeypatch):
+    def fails(text):
+        raise OSError("disk full under /secret/path")
+
+    monkeypatch.setattr(client.service.store, "put", fails)
+    body = {"epsilon": 1.0, "seeds": _q(bank, slice(0, 4))}
+    r = client.post("/v1/snapshot", json=body, headers=ROOT)
+    assert r.status_code == 503 and r.json()["error"] == "not_published", r.text
+    message = r.json()["message"]
+    assert "released and charged" in message and "nothing was" not in message
+    assert "secret" not in r.text and "reference" in message
+    monkeypatch.undo()
+    assert client.get("/v1/budget", headers=A).json()["releases"] == 2  # charged
+    r = client.get("/v1/synopsis", headers=A)
+    assert r.status_code == 404 and "not published" in r.json()["message"]
+    # a non-finite value in the synopsis is null with a reason, never a 422
+    public = client.service._public_synopsis
+
+    def with_inf(syn):
+        d = public(syn)
+        d["params"]["count_std"] = float("inf")
+        return d
+
+    monkeypatch.setattr(client.service, "_public_synopsis", with_inf)
+    r = client.post("/v1/snapshot", json={**body, "again": True}, headers=ROOT)
+    assert r.status_code == 200, r.text
+    params = r.json()["params"]
+    assert params["count_std"] is None and params["count_std_null_reason"] == "infinite"
+    assert client.get("/v1/synopsis", headers=A).json() == r.json()
+    # only an admitted call that failed before its record says nothing was spent
+    monkeypatch.setattr(client.service, "budget", lambda: 1 / 0)
+    r = client.get("/v1/budget", headers=A)
+    assert r.status_code == 500 and "nothing was" not in r.json()["message"]
+
+
 def test_a_foreign_ledger_is_refused(tmp_path, bank):
     config = _deploy(tmp_path, bank)
     np.save(tmp_path / "other.npy", bank[:-1])

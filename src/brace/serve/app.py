@@ -45,6 +45,7 @@ from .requests import (
 from .service import (
     CONFIG_ENV,
     NoSynopsis,
+    NotPublished,
     ReleaseFailed,
     ServeConfig,
     Service,
@@ -83,6 +84,13 @@ def _response_for(exc: BaseException, route: str) -> JSONResponse:
         return _error(409, "snapshot_exists", str(exc))
     if isinstance(exc, NoSynopsis):
         return _error(404, "no_synopsis", str(exc))
+    if isinstance(exc, NotPublished):
+        ref = uuid.uuid4().hex[:12]
+        log.error("%s [%s]: %s", route, ref, exc, exc_info=exc.__cause__ or exc)
+        return _error(503, "not_published", "the synopsis was released and charged to the "
+                      "budget (its rounds are in the ledger) but could not be published "
+                      f"(reference {ref} in the server's log). POST /v1/snapshot with "
+                      "\"again\": true releases another, paid again.")
     if isinstance(exc, LedgerLockTimeout):
         log.warning("%s: %s", route, exc)
         return _error(503, "ledger_busy", "the ledger stayed locked by other calls past the "
@@ -100,10 +108,11 @@ def _response_for(exc: BaseException, route: str) -> JSONResponse:
     if isinstance(exc, ValueError | TypeError) and not isinstance(exc, ReleaseFailed):
         return _error(422, "invalid_request", str(exc))
     ref = uuid.uuid4().hex[:12]
-    cause = exc.__cause__ if isinstance(exc, ReleaseFailed) and exc.__cause__ else exc
+    failed = isinstance(exc, ReleaseFailed)  # admitted, then failed before any record
+    cause = exc.__cause__ if failed and exc.__cause__ else exc
     log.error("%s [%s]: internal error", route, ref, exc_info=cause)
-    return _error(500, "internal", f"internal error (reference {ref} in the server's log); "
-                  "nothing was released or spent.")
+    return _error(500, "internal", f"internal error (reference {ref} in the server's log)"
+                  + ("; nothing was released or spent." if failed else "."))
 
 
 def create_app(config: ServeConfig, service: Service | None = None) -> Starlette:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .._io import atomic_write_text, load_npy
+from .._io import atomic_write_text, load_npy, strict_json
 from ..budget import BudgetExceededError, PrivateMemory
 from ..ledger import CELLS_METHOD, LedgerError
 from ..ledger_backend import LedgerUnavailable, is_server_url, ledger_class, redact_url
@@ -34,7 +34,7 @@ from .keys import KeyRing, load_keys
 from .requests import CompleteRequest, Limits, RetrieveRequest, SnapshotRequest
 
 __all__ = ["ServeConfig", "Service", "ServedMemory", "ReleaseFailed", "SnapshotExists",
-           "NoSynopsis", "load_bank", "public_params"]
+           "NotPublished", "NoSynopsis", "load_bank", "public_params"]
 
 CONFIG_ENV = "BRACE_SERVE_CONFIG"
 log = logging.getLogger("brace.serve")
@@ -70,6 +70,11 @@ class ReleaseFailed(RuntimeError):
 
 class SnapshotExists(RuntimeError):
     """A synopsis was already released from this ledger."""
+
+
+class NotPublished(RuntimeError):
+    """A synopsis was released and charged (its rounds are in the ledger) but could not
+    be published; the reason is logged, not returned."""
 
 
 class NoSynopsis(LookupError):
@@ -302,7 +307,7 @@ class Service:
 
     def snapshot(self, req: SnapshotRequest) -> dict[str, Any]:
         """Release a synopsis (once, unless ``again``), charged to the budget, and
-        publish it."""
+        publish it (:class:`NotPublished` if that fails: it was released all the same)."""
         pm = self.pm
         with pm._locked():
             pm._snapshot_once = not req.again
@@ -310,8 +315,11 @@ class Service:
                 syn = pm.snapshot(**req.kwargs)
             finally:
                 pm._snapshot_once = False
-        body = self._public_synopsis(syn)
-        self.store.put(json.dumps(body, allow_nan=False))
+        try:  # recorded and charged: from here on, a failure must not say otherwise
+            body = strict_json(self._public_synopsis(syn))  # NaN/inf: null and a reason
+            self.store.put(json.dumps(body, allow_nan=False))
+        except Exception as exc:
+            raise NotPublished("the synopsis was released but not published.") from exc
         return body
 
     @staticmethod
