@@ -161,6 +161,7 @@ def test_every_route(client, bank):
     assert r.status_code == 200, r.text
     _no_secrets(r)
     syn = r.json()
+    assert syn["params"]["noise"] == "secure"
     spent = client.get("/v1/budget", headers=A).json()["spent"]
     r = client.post("/v1/snapshot", json={"epsilon": 1.0, "seeds": _q(bank, slice(0, 6))},
                     headers=ROOT)

@@ -312,7 +312,7 @@ class Service:
         with pm._locked():
             pm._snapshot_once = not req.again
             try:
-                syn = pm.snapshot(**req.kwargs)
+                syn = pm.snapshot(**req.kwargs, noise="secure")
             finally:
                 pm._snapshot_once = False
         try:  # recorded and charged: from here on, a failure must not say otherwise
