@@ -120,6 +120,23 @@ def test_keys_roles_and_tokens(client, bank, tmp_path):
         (tmp_path / "bad").write_text(text)
         with pytest.raises(ValueError, match=match):
             load_keys(tmp_path / "bad")
+    # a sha256= form is 64 hex digits, either case; anything else after sha256= is an
+    # error, never a token in the clear; a token in the clear is printable ASCII
+    digest = hash_token(ADMIN).removeprefix("sha256=")
+    for form in (f"sha256={digest.upper()}", f"SHA256={digest}"):
+        (tmp_path / "upper").write_text(f"root:{form}:admin\n")
+        assert load_keys(tmp_path / "upper")[0].identify(ADMIN).name == "root"
+    for text, match in [(f"a:sha256={digest[:-2]}:analyst", "64 hexadecimal.*got 62 char"),
+                        (f"a:sha256={digest[:-1]}g:analyst", "not all hexadecimal"),
+                        (f"a:sha256={digest}00:analyst", "got 66 character"),
+                        (f"a:{'é' * 24}:analyst", "printable ASCII"),
+                        (f"a:{'t' * 12}\x07{'t' * 12}:analyst", "printable ASCII")]:
+        (tmp_path / "bad").write_text(text, encoding="utf-8")
+        with pytest.raises(ValueError, match=match):
+            load_keys(tmp_path / "bad")
+    with pytest.raises(ValueError, match="printable ASCII"):
+        hash_token("é" * 24)
+    assert ring.identify("\udcff" * 24) is None and ring.identify("é" * 24) is None
     (tmp_path / "bad").write_text(f"a:{'t' * 24}:analyst")
     (tmp_path / "bad").chmod(0o644)
     assert "chmod 600" in load_keys(tmp_path / "bad")[1][0]
