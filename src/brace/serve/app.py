@@ -63,19 +63,11 @@ def _error(status: int, kind: str, message: str, headers: dict[str, str] | None 
                         headers=headers)
 
 
-class _Denied(Exception):
-    def __init__(self, status: int, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.kind = status, kind
-
-
 def _response_for(exc: BaseException, route: str) -> JSONResponse:
     """The response for an exception; what is not the caller's to know is logged."""
-    if isinstance(exc, _Denied):
+    if isinstance(exc, RequestError):
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         return _error(exc.status, exc.kind, str(exc), headers)
-    if isinstance(exc, RequestError):
-        return _error(exc.status, exc.kind, str(exc))
     if isinstance(exc, BudgetExceededError):
         return _error(409, "budget_exceeded", str(exc), spent=exc.spent,
                       remaining=exc.remaining, reason=exc.reason,
@@ -131,7 +123,6 @@ def create_app(config: ServeConfig, service: Service | None = None) -> Starlette
             for w in svc.key_warnings:
                 log.warning("%s", w)
             log.info("brace serve (pid %d): %s", os.getpid(), svc.describe())
-        state["limiter"] = anyio.CapacityLimiter(1)
         try:
             yield
         finally:
@@ -142,23 +133,23 @@ def create_app(config: ServeConfig, service: Service | None = None) -> Starlette
         return state["service"]
 
     async def in_ledger_thread(fn: Callable[..., Any], *args: Any) -> Any:
-        if "limiter" not in state:  # an app used without its lifespan
+        if "limiter" not in state:  # made once, at the first call, in the event loop
             state["limiter"] = anyio.CapacityLimiter(1)
         return await anyio.to_thread.run_sync(fn, *args, limiter=state["limiter"])
 
     def authorise(request: Request, admin: bool = False) -> ApiKey:
         header = request.headers.get("authorization")
         if header is None:
-            raise _Denied(401, "unauthorized", "this route needs a key: send the header "
-                          "'Authorization: Bearer <token>'.")
+            raise RequestError(401, "unauthorized", "this route needs a key: send the "
+                               "header 'Authorization: Bearer <token>'.")
         scheme, _, token = header.partition(" ")
         key = svc().keys.identify(token.strip()) if scheme.lower() == "bearer" else None
         if key is None:
-            raise _Denied(401, "unauthorized", "the bearer token is not a key of this "
-                          "server.")
+            raise RequestError(401, "unauthorized", "the bearer token is not a key of this "
+                               "server.")
         if admin and not key.is_admin:
-            raise _Denied(403, "forbidden", f"key {key.name!r} is an analyst's; this route "
-                          "needs an admin key.")
+            raise RequestError(403, "forbidden", f"key {key.name!r} is an analyst's; this "
+                               "route needs an admin key.")
         request.state.key = key.name
         return key
 
