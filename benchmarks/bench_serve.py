@@ -64,6 +64,7 @@ if __name__ == "__main__":
 import numpy as np  # noqa: E402
 
 import brace  # noqa: E402
+import pgserver  # noqa: E402 (tests/pgserver.py: the throw-away server, free_port)
 from brace._io import write_json  # noqa: E402
 from brace._meta import versions  # noqa: E402
 from brace.accounting.filter import FilterSpec, event_weights  # noqa: E402
@@ -82,12 +83,6 @@ DELTA_BUDGET = 1e-5
 # --------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
     """One ``brace serve`` process (one worker) on a loopback port."""
 
@@ -95,7 +90,7 @@ class Server:
 
     def __init__(self, bank: Path, radius: float, ledger: str, keys: Path, log: Path,
                  lock_timeout: float = 120.0, log_level: str = "warning") -> None:
-        self.port = free_port()
+        self.port = pgserver.free_port()
         self.cmd = [sys.executable, "-m", "brace.cli", "serve", "--bank", str(bank),
                     "--radius", repr(radius), "--ledger", ledger, "--keys", str(keys),
                     "--port", str(self.port), "--log-level", log_level,
@@ -595,8 +590,6 @@ def main(argv: list[str] | None = None) -> int:
                            "eps": args.epsilon, "centre": X[0].copy(), "pg": None}
     pg = None
     if not args.no_pg:
-        import pgserver
-
         bindir = pgserver.find_binaries()
         if bindir is None:
             print(pgserver.PG_SKIP, file=sys.stderr)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from brace.ledger import LedgerError  # noqa: E402
 from brace.ledger_backend import ledger_class  # noqa: E402
 from brace.mechanisms import DIAGNOSTIC_FIELDS  # noqa: E402
 from brace.serve import Limits, ServeConfig, Service, create_app, hash_token, load_keys  # noqa: E402
+from pgserver import free_port  # noqa: E402 (tests/, on the path for conftest.py)
 
 ANALYST = "analyst-token-0123456789abcdef"
 ADMIN = "admin-token-0123456789abcdefgh"
@@ -168,9 +168,8 @@ def test_every_route(client, bank):
     assert budget["releases"] == 2 and 0 < budget["spent"] < 8
     assert budget["spent"] + budget["remaining"] == pytest.approx(8.0)
     # the synopsis: none yet; released once by an admin; then free answers
-    for path in ("/v1/synopsis",):
-        r = client.get(path, headers=A)
-        assert r.status_code == 404 and "no synopsis" in r.json()["message"]
+    r = client.get("/v1/synopsis", headers=A)
+    assert r.status_code == 404 and "no synopsis" in r.json()["message"]
     r = client.post("/v1/complete", json={"queries": _q(bank)}, headers=A)
     assert r.status_code == 404
     r = client.post("/v1/snapshot", json={"epsilon": 1.0, "seeds": _q(bank, slice(0, 6))},
@@ -434,15 +433,9 @@ def test_the_service_on_a_postgresql_ledger(tmp_path, bank, pg_url):
     assert len(inspect_ledger(pg_url).releases) == 3
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_brace_serve_runs_a_real_server(tmp_path, bank):
     config = _deploy(tmp_path, bank)
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.Popen(
         [sys.executable, "-m", "brace.cli", "serve", "--bank", config.bank, "--radius", "1.5",
@@ -458,8 +451,10 @@ def test_brace_serve_runs_a_real_server(tmp_path, bank):
                     assert json.load(resp)["status"] == "ok"
                 break
             except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, \
-                    proc.communicate()[1]
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    proc.kill()  # then its output, which cannot wait for it forever
+                    pytest.fail(f"the server did not answer: "
+                                f"{proc.communicate(timeout=10)[1][-3000:]}")
                 time.sleep(0.2)
         req = urllib.request.Request(
             f"{url}/v1/retrieve", method="POST", headers={**A, "Content-Type":
@@ -468,8 +463,14 @@ def test_brace_serve_runs_a_real_server(tmp_path, bank):
         with urllib.request.urlopen(req, timeout=30) as resp:
             assert json.load(resp)["release_id"] == 1
     finally:
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
+        if proc.returncode is None:  # still running (a failed start was collected)
+            proc.send_signal(signal.SIGTERM)
+            try:
+                _, err = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate(timeout=10)
+                raise
     assert "brace serve: bank" in err and "Traceback" not in err
     assert len(inspect_ledger(config.ledger).releases) == 1
 
