@@ -194,6 +194,19 @@ def test_every_route(client, bank):
     assert r.status_code == 200 and client.get("/v1/budget", headers=A).json()["spent"] > spent
 
 
+def test_the_openapi_request_schemas_are_the_fields_the_server_takes():
+    from brace.serve.openapi import openapi_document
+    from brace.serve.requests import COMPLETE_FIELDS, RETRIEVE_FIELDS, SNAPSHOT_FIELDS
+
+    paths = openapi_document()["paths"]
+    for path, (required, optional) in [("/v1/retrieve", RETRIEVE_FIELDS),
+                                       ("/v1/snapshot", SNAPSHOT_FIELDS),
+                                       ("/v1/complete", COMPLETE_FIELDS)]:
+        schema = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert set(schema["properties"]) == {*required, *optional}, path
+        assert schema["required"] == list(required) and not schema["additionalProperties"]
+
+
 def test_409_and_422_bodies(client, bank):
     r = client.post("/v1/retrieve", json={"queries": _q(bank), "steps": 1, "epsilon": 500.0},
                     headers=A)

@@ -99,6 +99,10 @@ def openapi_document(limits: Limits = Limits()) -> dict[str, Any]:  # noqa: B008
             "release": {"type": "string"},
             "cell_radius": {"type": "number"}, "merge_radius": {"type": "number"},
             "min_count": {"type": "number"}, "keep_seeds": {"type": "boolean"},
+            "project": {"anyOf": [{"type": "integer", "minimum": 1}, {"const": "auto"},
+                                  {"type": "null"}],
+                        "description": "without seeds: first a private top-k subspace, "
+                        "k an integer (1 <= k < d) or 'auto'"},
             "again": {"type": "boolean", "default": False,
                       "description": "release another synopsis although one was "
                       "released (paid again)"},
