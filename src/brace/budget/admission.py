@@ -147,6 +147,11 @@ class Admission:
         return (fp.centres, fp.radii,
                 np.broadcast_to(weights(plan.spent.step_event), (len(fp), K + 1)))
 
+    def _after_admission(self, fn: Any, /, *args: Any, **kw: Any) -> Any:
+        """``fn(*args, **kw)``: a part of an admitted call that reads the bank (a hook:
+        :class:`brace.serve.ServedMemory` hides what an error there says)."""
+        return fn(*args, **kw)
+
 
 
 def _call_key(q: np.ndarray, T: int, eps: float, dlt: float, method: str, plan: Any,

@@ -258,11 +258,11 @@ class Snapshots:
                     remaining=self.remaining, requested_total=math.inf)
             if T:
                 plan = plans[eps_q]
-                res = run_plan(self._memory, S, plan,
-                               seed=None if plan.noise == "secure" else rng)
+                res = self._after_admission(run_plan, self._memory, S, plan,
+                                            seed=None if plan.noise == "secure" else rng)
                 Y = res.outputs[:, -1]
                 key = _call_key(S, T, eps_q, dlt, method, plan, kw)
-                fp = footprints(plan, S, res.outputs)
+                fp = self._after_admission(footprints, plan, S, res.outputs)
                 rows = [(self._record(method, S, T, eps_q, dlt, plan, res), key,
                          fp.centres, fp.radii, res.outputs,
                          getattr(res, "released_counts", None))]
@@ -272,7 +272,7 @@ class Snapshots:
                 key = hashlib.sha256(np.ascontiguousarray(S).tobytes()).hexdigest()
             # round 1's centres: the endpoints and the (public) seeds, merged at the
             # merge radius (leader clustering, densest first): post-processing
-            centres = first_centres(np.concatenate([Y, S]), mr)
+            centres = self._after_admission(first_centres, np.concatenate([Y, S]), mr)
             if mode == "secure":  # a grid capped so that σ fits the exact sampler
                 unit = cell_unit(rc, n, rho_cell)
                 sens = cell_sensitivity(rc, unit, self._dim)
@@ -280,13 +280,14 @@ class Snapshots:
             groups = centres.shape[0]
             released = []
             for _ in range(R):  # each round: one Gaussian release over disjoint cells
-                noisy, sigma = release_cell_round(self._memory, centres, rc, rho_cell,
-                                                  rng, noise=mode)
+                noisy, sigma = self._after_admission(release_cell_round, self._memory,
+                                                     centres, rc, rho_cell, rng, noise=mode)
                 released.append((centres, noisy))
                 thr = (default_min_count(sigma / rc, centres.shape[0]) if min_count is None
                        else float(min_count))
-                centres, counts = next_centres(centres, noisy, rc, mr, thr, sigma,
-                                               keep_unmoved=bool(keep_seeds))
+                centres, counts = self._after_admission(next_centres, centres, noisy, rc, mr,
+                                                        thr, sigma,
+                                                        keep_unmoved=bool(keep_seeds))
             for i, (c, v) in enumerate(released):
                 rows.append(({
                     # outputs (k, 2, d): each cell's centre and noisy offset sum
