@@ -361,16 +361,21 @@ def test_errors_after_admission_and_ledger_errors_say_nothing(client, bank, monk
     assert client.get("/healthz").status_code == 200  # the metadata is intact
 
 
-@pytest.mark.parametrize("where", ["release_cell_round", "run_plan"])
+@pytest.mark.parametrize("where", ["release_cell_round", "run_plan", "private_seeds"])
 def test_errors_inside_an_admitted_snapshot_say_nothing(client, bank, monkeypatch, where):
+    import brace.budget.seedless as seedless
     import brace.budget.snapshot as snapshot
 
     def fails(*args, **kw):
         raise ValueError("secret detail: a cell of 3 rows at 0.654321")
 
-    monkeypatch.setattr(snapshot, where, fails)
-    body = {"epsilon": 1.0, "seeds": _q(bank, slice(0, 4)), "steps": 1 if where ==
-            "run_plan" else 0}
+    if where == "private_seeds":  # the snapshot without seeds
+        monkeypatch.setattr(seedless, where, fails)
+        body = {"epsilon": 1.0, "bounds": [-4.0, 4.0]}
+    else:
+        monkeypatch.setattr(snapshot, where, fails)
+        body = {"epsilon": 1.0, "seeds": _q(bank, slice(0, 4)), "steps": 1 if where ==
+                "run_plan" else 0}
     r = client.post("/v1/snapshot", json=body, headers=ROOT)
     assert r.status_code == 500 and r.json()["error"] == "internal", r.text
     assert "secret" not in r.text and "0.654321" not in r.text and "reference" in r.text

@@ -101,8 +101,9 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
                 remaining=pm.remaining, requested_total=math.inf)
         plan = make(rho)
         run = private_seeds if project is None else private_projected_seeds
-        out = run(pm._memory, domain, plan, noise=noise, rng=rng,
-                  public_seed=int(public_seed), merge_radius=mr, min_count=mc, n=n)
+        out = pm._after_admission(run, pm._memory, domain, plan, noise=noise, rng=rng,
+                                  public_seed=int(public_seed), merge_radius=mr,
+                                  min_count=mc, n=n)
         key = hashlib.sha256(json.dumps({"domain": domain.to_dict(), "plan": plan.to_dict(),
                                          "public_seed": int(public_seed)},
                                         sort_keys=True).encode()).hexdigest()
