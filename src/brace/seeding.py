@@ -45,6 +45,7 @@ import numpy as np
 
 from ._exact import noisy_integers
 from ._validation import check_bounds
+from .synopsis import cell_sensitivity, cell_unit, default_min_count, merge_centres, next_centres
 
 __all__ = [
     "CENTRE_SHARE",
@@ -218,22 +219,11 @@ def bank_size(bank: Any) -> int:
 # --------------------------------------------------------------------------- the statistics
 
 
-def voronoi_unit(clip: float, n: int, rho: float) -> float:
-    """The public grid of a Voronoi round's offsets: ``c·2^-b`` with
-    ``b = min(30, 51 − ⌈log2(n + 1)⌉, 27 + ⌊log2 sqrt(2ρ)⌋)``: a sum of ``n`` rounded
-    offsets stays below ``2^53`` units (exact in int64 and float64), and the noise's
-    σ stays below ``2^28`` units (the exact sampler's range)."""
-    b = min(30, 51 - math.ceil(math.log2(n + 1)),
-            27 + math.floor(math.log2(math.sqrt(2.0 * float(rho)))))
-    return math.ldexp(float(clip), -max(b, 1))
-
-
-def voronoi_sensitivity(clip: float, unit: float, dim: int) -> float:
-    """L2 sensitivity ``2a`` of a Voronoi round (every cell's rounded clipped offset sum
-    and ``c`` times its count, stacked), ``a = c(1 + 2e-8) + unit·sqrt(d)/2``
-    (``docs/privacy-accounting.md`` §15, Lemma 11)."""
-    a = float(clip) * (1.0 + 2e-8) + unit * math.sqrt(dim) / 2.0
-    return 2.0 * a * (1.0 + 1e-12)
+# A Voronoi round's grid and sensitivity are a cell round's (§14, Lemma 9): the same
+# rounded, clipped offset of norm at most ``c`` per row (Lemma 11), the grid capped by
+# ``ρ`` as for secure noise. One implementation, in :mod:`brace.synopsis`.
+voronoi_unit = cell_unit
+voronoi_sensitivity = cell_sensitivity
 
 
 def voronoi_stats(bank: Any, centres: np.ndarray, clip: float, unit: float,
@@ -400,8 +390,6 @@ def merge_weighted(C: np.ndarray, m: np.ndarray, merge_radius: float
                    ) -> tuple[np.ndarray, np.ndarray]:
     """Post-processing: leader clustering at ``merge_radius`` (heaviest first,
     :func:`brace.synopsis.merge_centres`); count-weighted means, counts added."""
-    from .synopsis import merge_centres
-
     labels = merge_centres(C, m, merge_radius)
     g = int(labels.max()) + 1
     w = np.maximum(m, 1e-3)
@@ -430,8 +418,6 @@ def private_seeds(bank: Any, domain: Domain, plan: SeedingPlan, *, noise: str,
     ``values``, ``rho``, ``sigma``, ``sensitivity``, ``unit``/``edges``) and
     ``trace`` (the number of centres after each round). The caller admits the plan
     through the filter before calling this."""
-    from .synopsis import default_min_count, next_centres
-
     n = bank_size(bank) if n is None else int(n)
     d = domain.centre.shape[0]
     prg = np.random.default_rng(public_seed)  # public directions only

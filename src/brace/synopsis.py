@@ -193,7 +193,8 @@ def cell_unit(radius: float, n: int, rho: float | None = None) -> float:
     that a sum of ``n`` rounded offsets (each at most ``2^b + 1`` units) stays below
     ``2^53`` units: exact in int64 and in float64. With ``rho`` (secure noise) also
     ``b ≤ 27 + ⌊log2 sqrt(2ρ)⌋``, so that the noise's σ stays below ``2^28`` units (the
-    exact sampler's range)."""
+    exact sampler's range). Also a Voronoi round's grid, ``clip`` for ``radius``, always
+    with ``rho`` (:data:`brace.seeding.voronoi_unit`, §15)."""
     b = min(30, 51 - math.ceil(math.log2(n + 1)))
     if rho is not None:
         b = max(1, min(b, 27 + math.floor(math.log2(math.sqrt(2.0 * float(rho))))))
@@ -203,7 +204,9 @@ def cell_unit(radius: float, n: int, rho: float | None = None) -> float:
 def cell_sensitivity(radius: float, unit: float, dim: int) -> float:
     """L2 sensitivity ``2a`` of one cell round's release (every cell's rounded offset
     sum and ``r`` times its count, stacked), ``a = r(1 + 2e-8) + unit·sqrt(d)/2`` the
-    largest norm of one row's rounded offset (``docs/privacy-accounting.md`` §14)."""
+    largest norm of one row's rounded offset (``docs/privacy-accounting.md`` §14); also
+    a Voronoi round's, ``clip`` for ``radius`` (§15, Lemma 11:
+    :data:`brace.seeding.voronoi_sensitivity`)."""
     a = float(radius) * (1.0 + 2e-8) + unit * math.sqrt(dim) / 2.0
     return 2.0 * a * (1.0 + 1e-12)
 
