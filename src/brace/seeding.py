@@ -11,7 +11,8 @@ sensitivity does not grow with the number of cells):
    the bank is learnt for free, and a row outside the domain counts as its clipped self;
 1. the **centre release**: one Voronoi round with the single centre ``c₀`` (the domain's
    centre) and clip ``R₀`` (the domain's radius): the noisy sum of the rows' offsets,
-   hence their mean ``μ`` (``n`` is public for replace-one neighbours);
+   hence their mean ``μ``, clamped into the domain (post-processing; ``n`` is public
+   for replace-one neighbours);
 2. a **radii release** after each move: the noisy histogram of every row's distance to
    its nearest current centre on a public geometric grid of radii (L2 sensitivity
    ``√2``); its median is the private *scale* ``s``: the next round's clip, the merge
@@ -50,8 +51,10 @@ from .synopsis import cell_sensitivity, cell_unit, default_min_count, merge_cent
 __all__ = [
     "CENTRE_SHARE",
     "RADII_SHARE",
+    "RADII_SENSITIVITY",
     "Domain",
     "SeedingPlan",
+    "centre_and_scale",
     "nearest_centres",
     "noisy_integers",
     "parse_domain",
@@ -69,6 +72,7 @@ CENTRE_SHARE = 0.05  # share of the zCDP budget spent on the centre release
 RADII_SHARE = 0.05  # share spent on the R radii releases together (the rest: the rounds)
 RADII_OCTAVES = 12  # the radii grid spans R₀·2^-12 .. R₀
 RADII_PER_OCTAVE = 4
+RADII_SENSITIVITY = math.sqrt(2.0) * (1.0 + 1e-12)  # a radii histogram's L2 sensitivity
 _TILE = 1 << 22  # entries of one (rows × centres) block
 _U = 2.0 ** -53
 
@@ -315,7 +319,7 @@ def release_radii(bank: Any, centres: np.ndarray, edges: np.ndarray, rho: float,
     """One radii release: the noisy radii histogram (L2 sensitivity ``√2``: a replaced
     row leaves one bin and enters one) and its σ; ``ρ``-zCDP."""
     hist = radii_histogram(bank, centres, edges, domain)
-    return noisy_integers(hist, math.sqrt(2.0) * (1.0 + 1e-12), rho, noise, rng)
+    return noisy_integers(hist, RADII_SENSITIVITY, rho, noise, rng)
 
 
 def scale_from_radii(noisy: np.ndarray, edges: np.ndarray, n: int) -> float:
@@ -325,6 +329,35 @@ def scale_from_radii(noisy: np.ndarray, edges: np.ndarray, n: int) -> float:
     c = np.cumsum(np.asarray(noisy, dtype=np.float64))
     i = int(np.searchsorted(c, 0.5 * n, side="left"))
     return float(edges[min(max(i, 0), edges.size - 1)])
+
+
+def centre_and_scale(bank: Any, domain: Domain, rho_centre: float, rho_radii: float,
+                     noise: str, rng: np.random.Generator | None, n: int
+                     ) -> tuple[np.ndarray, float, list[dict[str, Any]]]:
+    """The first two releases of a snapshot without seeds (module docstring, steps 1 and
+    2; also the full-space ones of a projected snapshot, :mod:`brace.projection`):
+    ``(μ, s₀, releases)``. The **centre release** (``ρ_centre``): one Voronoi round with
+    the single centre ``c₀`` and clip ``R₀``, hence the private mean
+    ``μ = π_D(c₀ + V₀/n)``, clamped into the domain (post-processing: every later
+    centre then stays within public reach of the domain, so :func:`_check_range` can
+    only refuse before the bank is read); the first **radii release** (``ρ_radii``)
+    around ``μ`` on the grid :func:`radii_edges` ``(R₀)``, whose median, at most
+    ``2R₀`` (no two points of the domain are farther apart), is the scale ``s₀``.
+    ``releases`` holds one dict per release, as :func:`private_seeds` records them."""
+    d = domain.centre.shape[0]
+    c0 = domain.centre[None, :]
+    noisy, sigma, unit = release_voronoi_round(bank, c0, domain.radius, rho_centre, domain,
+                                               noise, rng, n)
+    releases = [{"kind": "centre", "centres": c0, "values": noisy, "rho": rho_centre,
+                 "sigma": sigma, "clip": domain.radius, "unit": unit,
+                 "sensitivity": voronoi_sensitivity(domain.radius, unit, d)}]
+    mu = domain.clip((domain.centre + noisy[0, :-1] / n)[None, :])[0]  # post-processing
+    edges = radii_edges(domain.radius)
+    h, sigma = release_radii(bank, mu[None, :], edges, rho_radii, domain, noise, rng)
+    releases.append({"kind": "radii", "centres": mu[None, :], "values": h,
+                     "rho": rho_radii, "sigma": sigma, "edges": edges,
+                     "sensitivity": RADII_SENSITIVITY})
+    return mu, min(scale_from_radii(h, edges, n), 2.0 * domain.radius), releases
 
 
 # --------------------------------------------------------------------------- the public plan
@@ -421,7 +454,10 @@ def private_seeds(bank: Any, domain: Domain, plan: SeedingPlan, *, noise: str,
     n = bank_size(bank) if n is None else int(n)
     d = domain.centre.shape[0]
     prg = np.random.default_rng(public_seed)  # public directions only
-    releases: list[dict[str, Any]] = []
+    # 1. the centre release (μ, clamped into the domain); 2. the first scale: the median
+    # distance to μ
+    mu, scale, releases = centre_and_scale(bank, domain, plan.rho_centre, plan.rho_radii,
+                                           noise, rng, n)
 
     def voronoi(C: np.ndarray, clip: float, rho: float) -> tuple[np.ndarray, float]:
         noisy, sigma, unit = release_voronoi_round(bank, C, clip, rho, domain, noise, rng, n)
@@ -435,17 +471,10 @@ def private_seeds(bank: Any, domain: Domain, plan: SeedingPlan, *, noise: str,
         h, sigma = release_radii(bank, C, edges, plan.rho_radii, domain, noise, rng)
         releases.append({"kind": "radii", "centres": C, "values": h, "rho": plan.rho_radii,
                          "sigma": sigma, "edges": edges,
-                         "sensitivity": math.sqrt(2.0) * (1.0 + 1e-12)})
+                         "sensitivity": RADII_SENSITIVITY})
         # at most 2R₀ (public): no two points of the domain are farther apart
         return min(scale_from_radii(h, edges, n), 2.0 * domain.radius)
 
-    # 1. the centre release: one cell, the domain's centre, clip R₀; n is public
-    c0 = domain.centre[None, :]
-    noisy, _ = voronoi(c0, domain.radius, plan.rho_centre)
-    releases[-1]["kind"] = "centre"
-    mu = domain.centre + noisy[0, :-1] / n
-    # 2. the first scale: the median distance to μ
-    scale = radii(mu[None, :], None)
     C = mu + 0.5 * scale * _unit_directions(prg, plan.k0, d)
     m = np.full(plan.k0, n / plan.k0)
     trace = []
