@@ -379,9 +379,7 @@ def test_bad_inputs_are_refused_before_anything_is_spent():
 
 def test_plan_is_a_public_function_and_splits_the_budget():
     plan = sd.SeedingPlan.make(0.3, 1797, 64, 8)
-    from brace.budget.seedless import plan_events
-
-    ev = plan_events(plan)
+    ev = plan.events()
     assert len(ev) == 1 + 8 + 8 and sum(ev) == pytest.approx(0.3)
     assert plan.split_rounds == (2, 4) and 1 <= plan.k0 <= 64
     assert sd.SeedingPlan.make(0.3, 1797, 64, 8) == plan
@@ -390,7 +388,14 @@ def test_plan_is_a_public_function_and_splits_the_budget():
     assert sd.SeedingPlan.make(0.3, 10**5, 64).rounds == 8
     small = sd.SeedingPlan.make(0.02, 1797, 64)
     assert small.rounds == 3 and small.c_min == 1.0 and small.split_rounds == (1, 2)
-    assert sum(plan_events(small)) == pytest.approx(0.02)
+    assert sum(small.events()) == pytest.approx(0.02)
+    # a projected plan: its three full-space releases, then its synopsis's
+    from brace.projection import ProjectionPlan
+
+    pp = ProjectionPlan.make(0.3, 1797, 64, 8)
+    assert pp.events() == [pp.rho_centre, pp.rho_scale, pp.rho_moments,
+                           *pp.seeding.events()]
+    assert sum(pp.events()) == pytest.approx(0.3)
 
 
 def test_memory_mapped_bank_gives_the_same_synopsis(tmp_path):

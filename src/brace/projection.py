@@ -283,14 +283,7 @@ class ProjectionPlan:
     def events(self) -> list[float]:
         """The zCDP of every release, in order: the full-space centre and radii
         releases, the second moments, then the synopsis's in the subspace."""
-        p = self.seeding
-        out = [self.rho_centre, self.rho_scale, self.rho_moments, p.rho_centre,
-               p.rho_radii]
-        for t in range(p.rounds):
-            out.append(p.rho_round)
-            if t < p.rounds - 1:
-                out.append(p.rho_radii)
-        return out
+        return [self.rho_centre, self.rho_scale, self.rho_moments, *self.seeding.events()]
 
     def at(self, k: int) -> SeedingPlan:
         """The synopsis's plan in the released dimension ``k``: the same rounds, zCDP

@@ -410,6 +410,17 @@ class SeedingPlan:
         return cls(float(rho), R, rho_c, rho_h, rho_r, float(m_star), k0,
                    tuple(int(t) for t in split_rounds), c_min)
 
+    def events(self) -> list[float]:
+        """The zCDP of every release of the plan, in order: the centre release, the
+        first radii release, then each round followed by its radii release (none after
+        the last round)."""
+        out = [self.rho_centre, self.rho_radii]
+        for t in range(self.rounds):
+            out.append(self.rho_round)
+            if t < self.rounds - 1:
+                out.append(self.rho_radii)
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["split_rounds"] = list(self.split_rounds)

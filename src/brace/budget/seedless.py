@@ -27,18 +27,6 @@ from ..synopsis import Synopsis
 from .admission import BudgetExceededError, _largest_fitting
 
 
-def plan_events(plan: SeedingPlan) -> list[float]:
-    """The zCDP of every release of ``plan``, in order: the centre release, then the
-    first radii release, then each round followed by its radii release (none after the
-    last round)."""
-    out = [plan.rho_centre, plan.rho_radii]
-    for t in range(plan.rounds):
-        out.append(plan.rho_round)
-        if t < plan.rounds - 1:
-            out.append(plan.rho_radii)
-    return out
-
-
 def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | None,
                            rng: np.random.Generator | None, noise: str,
                            seed_record: Any, rounds: int | None, public_seed: int,
@@ -77,12 +65,9 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
                 return SeedingPlan.make(rho, n, d, R, c_min=c_min, k_cap=k_cap)
             return ProjectionPlan.make(rho, n, d, project, R, c_min=c_min, k_cap=k_cap)
 
-        def events(plan: Any) -> list[float]:
-            return plan_events(plan) if project is None else plan.events()
-
         def reserved(rho: float) -> tuple:
             plan = make(rho)
-            w = np.stack([weights(acc_events.GaussianStep(x)) for x in events(plan)])
+            w = np.stack([weights(acc_events.GaussianStep(x)) for x in plan.events()])
             # every release reads every row (clipped into the domain): the whole space
             return (np.repeat(c0[None], w.shape[0], 0), np.full(w.shape[0], math.inf), w)
 
@@ -146,7 +131,7 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
         pm._absorb([row[:4] for row in rows])
         if pm._db is not None:
             pm._last_id, pm._last_mac = got.id, pm._db.meta["head"]["mac"]
-        total_w = sum(weights(acc_events.GaussianStep(x)) for x in events(plan))
+        total_w = sum(weights(acc_events.GaussianStep(x)) for x in plan.events())
         cost = convert(total_w, b_delta)
     counts = np.maximum(np.rint(out["counts"]), 0).astype(np.int64)
     sp = plan if project is None else plan.at(out["projection"]["k"])
