@@ -34,7 +34,7 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
                            c_min: float | None = None, k_cap: int = 64,
                            project: Any = None) -> Synopsis:
     """The body of :meth:`PrivateMemory.snapshot` without seeds (the caller validated
-    ``noise`` and the generator; ``pm`` is locked here)."""
+    ``noise``, the generator and ``min_count``; ``pm`` is locked here)."""
     d = pm._dim
     domain = parse_domain(bounds, ball, d)
     project = check_project(project, d)
@@ -43,9 +43,6 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
             or public_seed < 0:
         raise ValueError(f"public_seed must be an int >= 0; got {public_seed!r}.")
     mr = None if merge_radius is None else check_epsilon(merge_radius, "merge_radius")
-    mc = None if min_count is None else float(min_count)
-    if mc is not None and not math.isfinite(mc):
-        raise ValueError(f"min_count must be finite; got {min_count!r}.")
     n, b_delta = pm._fingerprint["shape"][0], pm._budget[1]
     c0 = domain.centre
     ctx = pm._db.transaction() if pm._db is not None else contextlib.nullcontext()
@@ -87,7 +84,7 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
         plan = make(rho)
         run = private_seeds if project is None else private_projected_seeds
         out = run(pm._memory, domain, plan, noise=noise, rng=rng,
-                  public_seed=int(public_seed), merge_radius=mr, min_count=mc, n=n)
+                  public_seed=int(public_seed), merge_radius=mr, min_count=min_count, n=n)
         key = hashlib.sha256(json.dumps({"domain": domain.to_dict(), "plan": plan.to_dict(),
                                          "public_seed": int(public_seed)},
                                         sort_keys=True).encode()).hexdigest()

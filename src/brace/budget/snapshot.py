@@ -152,6 +152,8 @@ class Snapshots:
             if k not in ("release", "kappa", "gamma"):
                 raise TypeError(f"snapshot does not take {k}=.")
         mode = snapshot_noise(noise, seed)
+        if min_count is not None:  # a NaN threshold would drop every cell but the largest
+            min_count = check_nonnegative("min_count", min_count)
         if seeds is None:
             for name, val, default in (("steps", steps, 0), ("cell_radius", cell_radius, None),
                                        ("keep_seeds", keep_seeds, False), ("method", method,
@@ -182,8 +184,6 @@ class Snapshots:
             else check_steps(steps)
         R = check_int_at_least("rounds", 2 if rounds is None else rounds, 1)
         check_bool("keep_seeds", keep_seeds)
-        if min_count is not None:  # a NaN threshold would drop every cell but the largest
-            min_count = check_nonnegative("min_count", min_count)
         S = public_seeds(seeds, self._dim, self.radius, bounds=bounds,
                          public_seed=public_seed)
         share = float(cell_share)
