@@ -43,6 +43,7 @@ from ._validation import (
     check_steps,
 )
 from .mechanisms import SEED_WITHHELD
+from .secure import SECURE_SEED_REASON, check_noise
 
 __all__ = [
     "CELL_SHARE",
@@ -111,11 +112,10 @@ def snapshot_noise(noise: Any, seed: Any) -> str:
     """The noise of a snapshot's releases: ``"auto"`` (the default) is ``"secure"`` — the
     exact discrete Gaussian from the operating system (:mod:`brace.discrete`) — when no
     ``seed`` is given and ``"plain"`` (numpy, reproducible) when one is; ``"secure"`` with a
-    seed is refused (:data:`brace.secure.SECURE_SEED_REASON`)."""
-    from .secure import SECURE_SEED_REASON
-
-    if not isinstance(noise, str) or noise not in ("auto", "plain", "secure"):
-        raise ValueError(f"noise must be 'auto', 'plain' or 'secure'; got {noise!r}.")
+    seed is refused (:data:`brace.secure.SECURE_SEED_REASON`). An unknown mode is refused
+    as by every call (:func:`brace.secure.check_noise`: ``TypeError`` for a
+    non-string)."""
+    noise = check_noise(noise)
     if noise == "auto":
         return "secure" if seed is None else "plain"
     if noise == "secure" and seed is not None:
