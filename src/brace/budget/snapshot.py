@@ -152,6 +152,8 @@ class Snapshots:
             if k not in ("release", "kappa", "gamma"):
                 raise TypeError(f"snapshot does not take {k}=.")
         mode = snapshot_noise(noise, seed)
+        if min_count is not None:  # a NaN threshold would drop every cell but the largest
+            min_count = check_nonnegative("min_count", min_count)
         if seeds is None:
             for name, val, default in (("steps", steps, 0), ("cell_radius", cell_radius, None),
                                        ("keep_seeds", keep_seeds, False), ("method", method,
@@ -182,8 +184,6 @@ class Snapshots:
             else check_steps(steps)
         R = check_int_at_least("rounds", 2 if rounds is None else rounds, 1)
         check_bool("keep_seeds", keep_seeds)
-        if min_count is not None:  # a NaN threshold would drop every cell but the largest
-            min_count = check_nonnegative("min_count", min_count)
         S = public_seeds(seeds, self._dim, self.radius, bounds=bounds,
                          public_seed=public_seed)
         share = float(cell_share)
@@ -195,8 +195,6 @@ class Snapshots:
                                                                     "merge_radius")
         r, n, b_delta = self.radius, self._fingerprint["shape"][0], self._budget[1]
         rc = r if cell_radius is None else check_epsilon(cell_radius, "cell_radius")
-        unit = cell_unit(rc, n)
-        sens = cell_sensitivity(rc, unit, self._dim)
         rng, seed_record = rng_and_record(seed)  # a seed is recorded only if passed
         ctx = self._ledger_call() if self._db is not None else contextlib.nullcontext()
         with self._locked(), ctx:
@@ -273,10 +271,10 @@ class Snapshots:
             # round 1's centres: the endpoints and the (public) seeds, merged at the
             # merge radius (leader clustering, densest first): post-processing
             centres = self._after_admission(first_centres, np.concatenate([Y, S]), mr)
-            if mode == "secure":  # a grid capped so that σ fits the exact sampler
-                unit = cell_unit(rc, n, rho_cell)
-                sens = cell_sensitivity(rc, unit, self._dim)
-            sigma = sens / math.sqrt(2.0 * rho_cell)
+            # the rounds' grid (secure: capped so that σ fits the exact sampler, as in
+            # release_cell_round) and sensitivity, for the record
+            unit = cell_unit(rc, n, rho_cell if mode == "secure" else None)
+            sens = cell_sensitivity(rc, unit, self._dim)
             groups = centres.shape[0]
             released = []
             for _ in range(R):  # each round: one Gaussian release over disjoint cells
