@@ -34,7 +34,7 @@ import numpy as np
 from . import memory as _memory
 from .memory import LSRMemory, _distinct_rows
 from .plan import ReleasePlan, may_correct
-from .secure import check_grid_range, grid_unit
+from .secure import check_grid_range, grid_unit, snap
 from .sensitivity import (
     CleanTrajectoryBound,
     Numerics,
@@ -289,12 +289,8 @@ def _project_step(w: _Walk, y: np.ndarray, g: np.ndarray | None, radius: Any) ->
     if g is not None:
         g_d = g * math.sqrt(y.shape[1])
         y = _project(y, w.q, radius - g_d) if proj else _clamp(y, w.q, radius - g_d)
-        return _snap(y, g)
+        return snap(y, g)
     return _project(y, w.q, radius) if proj else _clamp(y, w.q, radius)
-
-
-def _snap(points: np.ndarray, g: np.ndarray) -> np.ndarray:
-    return np.rint(points / g[:, None]) * g[:, None]
 
 
 def run(memory: LSRMemory, q: np.ndarray, plan: ReleasePlan, noise: Any, *,
