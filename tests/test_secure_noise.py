@@ -306,6 +306,24 @@ def test_secure_range_is_decided_from_public_values():
     assert brace.private_retrieve(m, far, seed=1, **kw).outputs.shape == (1, 2, 2)
 
 
+@pytest.mark.parametrize("projection", [True, False])
+def test_secure_projection_radius_is_floored_at_zero(projection):
+    """A safety radius (or ball) smaller than the grid's g·√d clamps onto the query
+    itself, never through it to the other side (a negative radius reflected it)."""
+    from types import SimpleNamespace
+
+    from brace.steps import _project_step
+
+    q = np.array([[4.0, -2.0]])
+    w = SimpleNamespace(plan=SimpleNamespace(output_projection=projection), q=q)
+    y = np.array([[40.0, 7.0]])
+    g = np.array([1.0])
+    np.testing.assert_array_equal(_project_step(w, y, g, np.array([0.0])), q)
+    np.testing.assert_array_equal(_project_step(w, y, g, 1.0), q)  # 1 < g·√2
+    far = _project_step(w, y, g, np.array([10.0]))  # inside B̄(q, 10), on the grid
+    assert np.linalg.norm(far - q) <= 10.0 and np.all(far == np.rint(far))
+
+
 def test_discrete_gaussian_renyi_divergence_is_bounded_by_the_statement():
     """D_α(N_Z(μ,σ²) ‖ N_Z(ν,σ²)) ≤ αΔ²/(2σ²) for integer shifts (CKS 2020, Prop. 5),
     summed exactly over the support; and close to it."""

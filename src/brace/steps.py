@@ -287,8 +287,8 @@ def _project_step(w: _Walk, y: np.ndarray, g: np.ndarray | None, radius: Any) ->
     the projection, the public safety clamp of :func:`safety_radius` only."""
     proj = w.plan.output_projection
     if g is not None:
-        g_d = g * math.sqrt(y.shape[1])
-        y = _project(y, w.q, radius - g_d) if proj else _clamp(y, w.q, radius - g_d)
+        inner = np.maximum(radius - g * math.sqrt(y.shape[1]), 0.0)  # ≥ 0: safety may be 0
+        y = _project(y, w.q, inner) if proj else _clamp(y, w.q, inner)
         return snap(y, g)
     return _project(y, w.q, radius) if proj else _clamp(y, w.q, radius)
 
