@@ -332,13 +332,13 @@ def run(memory: LSRMemory, q: np.ndarray, plan: ReleasePlan, noise: Any, *,
         sens, G = _bound(w, p, t, noisy)                    # 3. bound
         if w.diag["smooth_sensitivity"] is not None:
             w.diag["smooth_sensitivity"][:, t - 1] = sens
-        w.diag["noise_std"][:, t - 1] = sens * mult
         if trace is not None:
             trace.setdefault("pre_noise", []).append(pre)
             trace.setdefault("scale", []).append(sens)
             if G is not None:
                 trace.setdefault("G", []).append(num.value(G))
-        if history is not None:
+        if history is not None:  # the std the release would have drawn with
+            w.diag["noise_std"][:, t - 1] = sens * mult
             w.Y[:, t] = history[:, t]
             continue
         g = secure_grid(plan, sens)
@@ -381,7 +381,7 @@ def run_endpoint(memory: LSRMemory, q: np.ndarray, plan: ReleasePlan, noise: Any
     T, r = plan.steps, plan.radius
     clean = memory.retrieve(q, T)                                        # 1–2. z_T
     sens = endpoint_sensitivity(plan.n, r, T, q)                         # 3. bound
-    g = secure_grid(plan, sens) if noise.grid else None
+    g = secure_grid(plan, sens)
     y, std, g = noise.gaussian(1, clean[:, -1], sens, plan.noise_multiplier, g=g,
                                data_dependent=False, anchor=q)           # 4. noise
     w = _Walk(q, plan, num, qscale, True, 0, None, False)
