@@ -431,12 +431,11 @@ def private_retrieve(
     X, _ = memory._bank()
     q, _ = check_queries(queries, X.shape[1], name="queries")
     noise = check_noise(noise)
-    if noise == "secure" and seed is not None:
-        raise ValueError(f"seed must be None with noise='secure': {SECURE_SEED_REASON}")
     if noise == "secure" and _innovations is not None:
         raise ValueError("_innovations are standard normal draws; noise='secure' draws its "
                          "own exact discrete noise.")
-    # every choice (release mode, γ, calibration, noise), from public values only
+    # every choice (release mode, γ, calibration, noise), from public values only; a seed
+    # with noise="secure" is refused there (brace.noise.resolve_noise)
     plan = plan_release(memory, method=method, epsilon=epsilon, delta=delta, steps=steps,
                         kappa=kappa, gamma=gamma, accounting=accounting,
                         output_projection=output_projection, release=release,
