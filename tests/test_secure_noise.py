@@ -471,23 +471,7 @@ def test_fallback_paths_keep_the_law(monkeypatch):
     assert _chi2_pvalue(g, pmf, -lim, lim) > ALARM
 
 
-def test_bernoulli_exp_and_uniform_primitives():
-    n = 400_000
-    for num, den in ((3, 10), (17, 10), (5, 2), (0, 7), (1, 1)):
-        b = D._bernoulli_exp(np.full(n, num, np.int64), np.full(n, den, np.int64))
-        assert _tail_pvalue(int(b.sum()), n, math.exp(-num / den)) > ALARM if num else b.all()
-    for top in (3, 1000, 3 << 60, (1 << 62) - 1, 1 << 62):
-        u = D._uniform_below(np.full(n, top, np.int64))
-        assert u.min() >= 0 and u.max() < top
-        cells = u % 3 if top == 3 else u // -(-top // 8)  # equal cells (the last ≤ others)
-        counts = np.bincount(cells, minlength=3 if top == 3 else 8)
-        size = np.array([1.0] * 3) if top == 3 else np.minimum(
-            -(-top // 8), top - np.arange(8) * -(-top // 8)).astype(np.float64)
-        expect = size / size.sum() * n
-        assert float(stats.chisquare(counts, expect).pvalue) > ALARM
-    assert np.array_equal(D._uniform_below(np.ones(5, np.int64)), np.zeros(5))
-    r = D._runs_exp1(n)
-    assert _tail_pvalue(int(np.sum(r >= 2)), n, math.exp(-2)) > ALARM
+def test_discrete_sampler_refusals():
     with pytest.raises(ValueError, match="below 2\\^104"):
         D.sample_discrete_gaussian(np.array([1 << 52]), np.array([1 << 53]))
     with pytest.raises(TypeError):
