@@ -443,3 +443,21 @@ def test_recommend_advises_a_synopsis_without_public_seeds_or_nothing():
     none = tiny.recommend(1000, public_seeds=False)
     assert none.use == "nothing" and none.cells < 2 and "noisy mean" in none.reason
     assert pm.spent == 0.0 and brace.__version__
+
+
+def test_a_domain_beyond_the_bank_range_is_refused_before_anything_is_spent():
+    """The domain is public: one beyond |x| <= 2^400 (where the rounds' squares and the
+    noise's variance could overflow after admission) is refused from it alone; one at
+    the edge of the range releases finite attractors."""
+    X = np.random.default_rng(0).uniform(-1, 1, size=(200, 1))
+    pm = PrivateMemory(X, radius=0.5, budget=(1.0, 1e-5))
+    for kw in (dict(bounds=(-1e150, 1e150)), dict(ball=(0.0, 1e130)),
+               dict(ball=(2.0**400, 2.0**360))):
+        with pytest.raises(ValueError, match=r"input range \|x\| <= 2\^400"):
+            pm.snapshot(epsilon=1e-3, seed=1, **kw)
+    assert pm.spent == 0.0
+    B = 2.0**399
+    wide = PrivateMemory(X * B, radius=B / 10, budget=(1.0, 1e-5))
+    with np.errstate(all="raise"):
+        syn = wide.snapshot(bounds=(-B, B), epsilon=1e-3, seed=1)
+    assert np.all(np.isfinite(syn.attractors))

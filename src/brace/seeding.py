@@ -46,6 +46,7 @@ import numpy as np
 
 from ._exact import noisy_integers
 from ._validation import check_bounds
+from .gates.contract import MAX_COORD
 from .synopsis import cell_sensitivity, cell_unit, default_min_count, merge_centres, next_centres
 
 __all__ = [
@@ -115,10 +116,18 @@ class Domain:
         return {"kind": "ball", "centre": self.centre.tolist(), "radius": self.radius}
 
 
+_MAX_DOMAIN = MAX_COORD[np.dtype(np.float64)]
+_DOMAIN_RANGE = ("the domain must lie within the bank's input range |x| <= 2^400 (about "
+                 "2.6e120) per coordinate (docs/privacy.md §8); rescale the bank.")
+
+
 def parse_domain(bounds: Any, ball: Any, dim: int) -> Domain:
     """The public domain of a snapshot without seeds: ``bounds=(lo, hi)`` (scalars or
     arrays of length ``d``, finite, ``lo < hi``) or ``ball=(centre, radius)`` (a point of
-    ``ℝ^d`` or a scalar broadcast to it, a finite radius ``> 0``) — exactly one."""
+    ``ℝ^d`` or a scalar broadcast to it, a finite radius ``> 0``) — exactly one. Every
+    point of the domain must lie within the bank's input range, ``|x| ≤ 2^400`` per
+    coordinate (``docs/privacy.md`` §8): refused here, from public values, so that no
+    step after admission can overflow (squared distances, the noise's variance)."""
     if (bounds is None) == (ball is None):
         raise ValueError("a snapshot without seeds needs its public domain: bounds=(lo, hi) "
                          "(a box) or ball=(centre, radius), exactly one of them.")
@@ -126,9 +135,8 @@ def parse_domain(bounds: Any, ball: Any, dim: int) -> Domain:
         lo, hi = check_bounds(bounds, dim)
         c = lo + 0.5 * (hi - lo)
         half = np.maximum(hi - c, c - lo)
-        if not np.all(np.isfinite(half * half)) or not np.isfinite(np.sum(half * half)):
-            raise ValueError("bounds are beyond float64's range of squared distances; "
-                             "rescale the bank.")
+        if max(float(np.abs(lo).max()), float(np.abs(hi).max())) > _MAX_DOMAIN:
+            raise ValueError(_DOMAIN_RANGE)
         R0 = float(np.sqrt(np.sum(half * half))) * (1.0 + 1e-9)
         return Domain("box", lo, hi, c, R0)
     try:
@@ -141,9 +149,8 @@ def parse_domain(bounds: Any, ball: Any, dim: int) -> Domain:
     if not (np.all(np.isfinite(c)) and math.isfinite(R) and R > 0):
         raise ValueError(f"ball must have a finite centre and a finite radius > 0; got "
                          f"{ball!r}.")
-    if not math.isfinite((float(np.abs(c).max()) + R) ** 2 * dim):
-        raise ValueError("the ball is beyond float64's range of squared distances; rescale "
-                         "the bank.")
+    if not float(np.abs(c).max()) + R <= _MAX_DOMAIN:
+        raise ValueError(_DOMAIN_RANGE)
     return Domain("ball", None, None, c, R * (1.0 + 1e-9))
 
 

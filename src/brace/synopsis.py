@@ -286,7 +286,8 @@ def next_centres(centres: np.ndarray, released: np.ndarray, radius: float,
         noise = d * (noise_std / np.maximum(m, 1.0))[:, None] ** 2
         step = step * np.maximum(0.0, 1.0 - noise / np.maximum(ss, 1e-300))
     norm = np.linalg.norm(step, axis=1, keepdims=True)
-    moved = centres[keep] + step * np.minimum(1.0, r / np.maximum(norm, 1e-300))
+    with np.errstate(over="ignore"):  # r/tiny → inf → the factor 1
+        moved = centres[keep] + step * np.minimum(1.0, r / np.maximum(norm, 1e-300))
     labels = merge_centres(moved, m, merge_radius)
     g = int(labels.max()) + 1
     w = np.maximum(m, 1e-3)  # merge weights (an unmoved cell's noisy count may be < 0)
