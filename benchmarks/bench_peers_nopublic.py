@@ -287,12 +287,24 @@ def _grid_methods() -> dict[str, tuple[Method, str, str]]:
     return out
 
 
+def _info(name: str) -> tuple[str, str]:
+    """``(label, kind)`` of a row. A ``…_best_h`` row (its bandwidth chosen on the bank's
+    labels) is an oracle selection: NOT DP whatever its base. An unknown name is an
+    error, never silently "dp"."""
+    if "_best_h@" in name:
+        base = name.split("_best_h@")[0]
+        return f"{INFO[base][0]}, h chosen on the bank's labels (oracle, NOT DP)", "not_dp"
+    if name not in INFO:
+        raise KeyError(f"method {name!r} has no INFO entry (label, kind): add one.")
+    return INFO[name]
+
+
 def kind_of(name: str) -> str:
-    return INFO.get(name, (name, "dp"))[1]
+    return _info(name)[1]
 
 
 def label_of(name: str) -> str:
-    return INFO.get(name, (name, "dp"))[0]
+    return _info(name)[0]
 
 
 # ------------------------------------------------------------------------- scoring

@@ -526,7 +526,7 @@ def no_public(datasets: tuple[str, ...], seeds: int, peers: tuple[str, ...],
     bp = _peers_module(peers_dir) if peers else None
     out: dict[str, Any] = {"peers_module": None if bp is None else bp.__file__}
     if peers and bp is None:
-        log("note: bench_peers_nopublic not importable (branch peers): synopsis only")
+        log("note: benchmarks/bench_peers_nopublic.py not importable: synopsis only")
     for name in datasets:
         eps_list = (1.0, 4.0) if quick else NP_EPS[name]
         if bp is not None and name in ("digits", "mnist", "synthetic"):
@@ -559,9 +559,11 @@ def no_public(datasets: tuple[str, ...], seeds: int, peers: tuple[str, ...],
     return out
 
 
-def no_public_table(res: dict[str, Any]) -> str:
-    lines = ["| data | method | total ε | ARI | NMI | attractors | completion acc. | fit (s) |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+def no_public_table(res: dict[str, Any], bp: Any = None) -> str:
+    """The rows of :func:`no_public`; with the peers module ``bp``, each method by its
+    label and privacy kind (``dp``, ``not_dp`` — NOT private — ``uncharged`` …)."""
+    lines = ["| data | method | kind | total ε | ARI | NMI | attractors | completion acc. "
+             "| fit (s) |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for name, r in res.items():
         if not isinstance(r, dict) or "summary" not in r:
             continue
@@ -572,8 +574,12 @@ def no_public_table(res: dict[str, Any]) -> str:
             nmi = _fmt(s["nmi"]) if "nmi" in s else "—"
             k = f"{s['k']['mean']:.1f}" if "k" in s else "—"
             fit = f"{s['fit_s']['mean']:.2f}" if "fit_s" in s else "—"
-            lines.append(f"| {name} | {meth} | {eps or '—'} | {ari} | {nmi} | {k} | {acc} "
-                         f"| {fit} |")
+            label, kind = ((bp.label_of(meth), bp.kind_of(meth)) if bp is not None
+                           else (meth, "dp" if meth == "synopsis" else "?"))
+            if kind in ("not_dp", "uncharged") and "NOT" not in label:
+                label += " — NOT DP"
+            lines.append(f"| {name} | {label} | {kind} | {eps or '—'} | {ari} | {nmi} | {k} "
+                         f"| {acc} | {fit} |")
     return "\n".join(lines)
 
 
@@ -617,7 +623,7 @@ def main(argv: list[str] | None = None) -> int:
         res = no_public(names, a.np_seeds or (1 if a.quick else 5), peers, a.peers_dir,
                         a.quick, log_np)
         print("\nWithout public data (mean ± 95% CI over seeds):\n")
-        print(no_public_table(res))
+        print(no_public_table(res, _peers_module(a.peers_dir) if peers else None))
         print(f"threads: {threads_info()}; wall {time.perf_counter() - t0:.0f} s")
         if a.json:
             write_json(a.json, {"no_public": res, "threads": threads_info(),

@@ -30,6 +30,9 @@ temporary directory, a loopback port); without the server binaries its parts are
 skipped.
 
     python benchmarks/bench_serve.py [--quick] [--clients 24 64] [--json PATH]
+
+The exit status is 1 if a check fails (:func:`problems`: the budget, a 200 not recorded,
+a 5xx other than a database restart's 503s, a hostile request not a 4xx).
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ if __name__ == "__main__":
 import numpy as np  # noqa: E402
 
 import brace  # noqa: E402
+import pgserver  # noqa: E402 (tests/pgserver.py: the throw-away server, free_port)
 from brace._io import write_json  # noqa: E402
 from brace._meta import versions  # noqa: E402
 from brace.accounting.filter import FilterSpec, event_weights  # noqa: E402
@@ -82,12 +86,6 @@ DELTA_BUDGET = 1e-5
 # --------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
     """One ``brace serve`` process (one worker) on a loopback port."""
 
@@ -95,7 +93,7 @@ class Server:
 
     def __init__(self, bank: Path, radius: float, ledger: str, keys: Path, log: Path,
                  lock_timeout: float = 120.0, log_level: str = "warning") -> None:
-        self.port = free_port()
+        self.port = pgserver.free_port()
         self.cmd = [sys.executable, "-m", "brace.cli", "serve", "--bank", str(bank),
                     "--radius", repr(radius), "--ledger", ledger, "--keys", str(keys),
                     "--port", str(self.port), "--log-level", log_level,
@@ -434,6 +432,10 @@ def scenario(ctx: dict[str, Any], backend: str, clients: int, fault: str | None,
            "budget_epsilon": budget, "calls_the_budget_holds": k,
            **summarise(load, wall), **verify(load, ledger, budget), **events}
     out.pop("db_down_at", None)
+    # only a database restart may answer 5xx: its clear 503s while the database is down
+    expected = (503,) if fault == "db-restart" else ()
+    out["unexpected_5xx"] = sum(1 for r in load.records if isinstance(r["kind"], int)
+                                and r["kind"] >= 500 and r["kind"] not in expected)
     return out
 
 
@@ -542,12 +544,39 @@ def hostile(ctx: dict[str, Any]) -> list[dict[str, Any]]:
             out.append({"request": name, "status": status, "message": message[:160],
                         "4xx": 400 <= status < 500})
         status, _ = raw(server.port, request_bytes(j(ok)))
-        out.append({"request": "a valid call afterwards", "status": status,
-                    "message": "", "4xx": False})
+        out.append({"request": AFTER, "status": status, "message": "", "4xx": False})
     finally:
         server.stop()
-    out.append({"request": "releases recorded by all of these",
-                "status": len(inspect_ledger(ledger).releases), "message": "", "4xx": False})
+    out.append({"request": RECORDED, "status": len(inspect_ledger(ledger).releases),
+                "message": "", "4xx": False})
+    return out
+
+
+AFTER, RECORDED = "a valid call afterwards", "releases recorded by all of these"
+
+
+def problems(result: dict[str, Any]) -> list[str]:
+    """What makes the run fail (exit status 1): a load run over its budget, a 200 not
+    recorded as returned, a 5xx but the 503s of a database restart; a hostile request
+    answered other than by a 4xx, the valid call after them not a 200, or other than its
+    one release recorded."""
+    out = []
+    for r in result.get("runs", []):
+        tag = f"{r['backend']}, {r['clients']} clients, {r['fault'] or 'load'}"
+        if not r["within_budget"]:
+            out.append(f"{tag}: spent {r['spent']:.6g} > budget {r['budget']:.6g}")
+        if r["unrecorded_or_mismatched_200"]:
+            out.append(f"{tag}: {r['unrecorded_or_mismatched_200']} 200s not recorded as "
+                       "returned")
+        if r["unexpected_5xx"]:
+            out.append(f"{tag}: {r['unexpected_5xx']} unexpected 5xx ({r['errors']})")
+    for h in result.get("hostile", []):
+        if h["request"] == AFTER and h["status"] != 200:
+            out.append(f"hostile: the valid call afterwards answered {h['status']}")
+        elif h["request"] == RECORDED and h["status"] != 1:
+            out.append(f"hostile: {h['status']} releases recorded, not 1")
+        elif h["request"] not in (AFTER, RECORDED) and not h["4xx"]:
+            out.append(f"hostile: {h['request']} answered {h['status']}, not a 4xx")
     return out
 
 
@@ -595,8 +624,6 @@ def main(argv: list[str] | None = None) -> int:
                            "eps": args.epsilon, "centre": X[0].copy(), "pg": None}
     pg = None
     if not args.no_pg:
-        import pgserver
-
         bindir = pgserver.find_binaries()
         if bindir is None:
             print(pgserver.PG_SKIP, file=sys.stderr)
@@ -645,8 +672,10 @@ def main(argv: list[str] | None = None) -> int:
     report(result)
     if args.json:
         write_json(args.json, result)
-    return 0 if all(r["within_budget"] and r["unrecorded_or_mismatched_200"] == 0
-                    for r in result.get("runs", [])) else 1
+    failed = problems(result)
+    for line in failed:
+        print(f"FAILED: {line}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def report(result: dict[str, Any]) -> None:

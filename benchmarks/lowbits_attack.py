@@ -388,11 +388,14 @@ def attack(res: brace.PrivateRetrievalResult, banks: Sequence[brace.LSRMemory],
     ``public_std`` (global, the count release: checked equal to each bank's certificate
     times the noise multiplier), else each bank's own (the smooth release). A step whose
     projection may have bound (``‖Y_t − q‖ ≥ (1 − 1e-9)(t+1)r``) is skipped. Secure:
-    :func:`consistent_secure` (``wi`` unused). ``kw``: the release's plan arguments
+    every coordinate a multiple of the grid each bank's certificate gives
+    (:func:`public_grid`, :func:`consistent_secure`; ``wi`` unused): a grid that
+    depended on the bank would name it. ``kw``: the release's plan arguments
     (``release``, ``gamma``, ``kappa``)."""
     if res.params.get("noise") == "secure":
-        ok = consistent_secure(res.outputs, res.grid)
-        return Verdict(ok, ok.copy(), ok.copy(), ok.copy())
+        ok_a, ok_b = (consistent_secure(res.outputs, public_grid(
+            res, m, epsilon=epsilon, delta=delta, **kw)) for m in banks)
+        return Verdict(ok_a, ok_b, ok_a.copy(), ok_b.copy())
     Q, T, d = res.outputs.shape
     r = res.params["radius"]
     proj = res.params["output_projection"]

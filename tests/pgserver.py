@@ -44,7 +44,8 @@ def find_binaries() -> Path | None:
     return None
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port of the loopback that was free a moment ago (nothing listens on it)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -63,7 +64,7 @@ class TempPostgres:
         self.data = self.base / "data"
         self.socket_dir = self.base / "sock"
         self.log = self.base / "server.log"
-        self.port = _free_port()
+        self.port = free_port()
         self._prefix: list[str] = []
         if os.geteuid() == 0:
             name = "postgres" if _has_user("postgres") else "nobody"

@@ -354,7 +354,7 @@ def test_advice_is_cached_per_plan_and_per_spend(bank, monkeypatch, tmp_path):
 
 
 @settings(max_examples=200, deadline=None)
-@given(answer=st.floats(-9.0, 9.0), shift=st.floats(-3.0, 3.0),
+@given(answer=st.floats(-14.0, 11.0), shift=st.floats(-3.0, 3.0),
        power=st.floats(1.0, 2.0), jump=st.booleans(), tiny=st.booleans())
 def test_hinted_search_meets_the_same_contract(answer, shift, power, jump, tiny):
     """``_largest_fitting(…, hint=…)`` (the warm search of affordable_epsilon and
@@ -377,8 +377,8 @@ def test_hinted_search_meets_the_same_contract(answer, shift, power, jump, tiny)
     for got in (cold, warm):
         if root < 1e-5:
             assert got == 0.0
-        elif root >= 1e4:
-            assert got == 1e4
+        elif root >= 1e4:  # the whole range fits: its end, as priced
+            assert got == pytest.approx(1e4, rel=1e-15) and usage(got) <= 1.0
         else:
             assert usage(got) <= 1.0 < usage(got * (1.0 + 2e-5))
     assert warm == pytest.approx(cold, rel=2e-5)

@@ -154,17 +154,6 @@ def test_bernoulli_exp_beyond_the_float_range(x, monkeypatch):
         assert _pvalue(int(b.sum()), n, p) > ALARM
 
 
-def test_bernoulli_exp_rational_wrapper_and_geometric_runs():
-    n = 200_000
-    b = D._bernoulli_exp(np.full(n, 7), np.full(n, 3))
-    assert _pvalue(int(b.sum()), n, math.exp(-7 / 3)) > ALARM
-    v = D._runs_exp1(n)
-    for k in (1, 2, 4):
-        assert _pvalue(int(np.sum(v >= k)), n, math.exp(-k)) > ALARM
-    with pytest.raises(ValueError):
-        D._bernoulli_exp(np.array([-1]), np.array([2]))
-
-
 def test_exact_geometric_from_any_prefix():
     """``max{v : W < e^{−λv}}`` from prefixes of 0 to 53 bits, for λ = 1/256 and 3/2."""
     rng = np.random.default_rng(1)

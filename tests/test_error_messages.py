@@ -57,6 +57,8 @@ CASES = [
     (lambda: _retrieve(seed=-3), "seed", "-3", ValueError),
     (lambda: _retrieve(seed="abc"), "seed", "'abc'", TypeError),
     (lambda: _retrieve(steps=10**6), "steps", "1000000", ValueError),
+    (lambda: _retrieve(epsilon=None), "epsilon", "None", ValueError),
+    (lambda: _retrieve(delta=None, seed=None), "delta", "None", ValueError),
     (lambda: accounting.calibrate(1.0, 1e-5, 3, dim=2, accounting="zcdp"), "accounting",
      "'zcdp'", ValueError),
     (lambda: policy.choose_gamma(1.0, 1e-5, 3, dim=2, fraction=2.0), "fraction", "2.0",
@@ -108,3 +110,16 @@ def test_output_file_errors(tmp_path):
         check_output_file(tmp_path)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         check_output_file(tmp_path / "missing" / "x.json")
+
+
+@pytest.mark.parametrize("noise", ["auto", "plain", "secure"])
+@pytest.mark.parametrize("method", ["brace", "global"])
+def test_private_retrieve_without_budget_is_refused(noise, method):
+    # no budget: refused before planning, whatever the noise (secure mode used to fail
+    # with an AttributeError, plain mode to release with privacy=None)
+    seed = 0 if noise == "plain" else None
+    with pytest.raises(ValueError, match=r"private_retrieve needs the budget: epsilon and "
+                       r"delta must be numbers; got epsilon=None, delta=None\. Without a "
+                       r"budget use brace\.certificate or brace\.plan_release"):
+        private_retrieve(MEM, Q, method=method, epsilon=None, delta=None, steps=2,
+                         gamma=0.1, noise=noise, seed=seed)

@@ -344,3 +344,17 @@ def test_settings_without_public_data(tmp_path):
     assert "Private beats public-only" in text and "| digits | none | 10 |" in text
     assert "private PCA" in text
     assert (tmp_path / "settings.png").is_file()
+
+
+def test_global_noise_outside_the_split_is_priced_as_global(tmp_path):
+    """Outside "split", a global-accounting cell of method "global" prices ε with
+    ``affordable_epsilon(method="global")`` (``recommend`` prices a brace release, which
+    over-asks for global noise and was refused): the cell runs and stays in budget."""
+    cfg = dataclasses.replace(TINY, datasets=("digits",), settings=("sample",),
+                              methods=("global_noise",), repetitions=1, min_scored=10,
+                              workloads=(10,))
+    run_real(cfg, tmp_path, progress=False)
+    (rec,) = read_jsonl(tmp_path / "results.jsonl")
+    assert rec["method"] == "global_noise" and rec["setting"] == "sample"
+    assert rec["repetitions"][0]["refused"] == 0
+    assert 0.0 < rec["epsilon_spent"] <= 1.0 + 1e-9

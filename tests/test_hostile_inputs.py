@@ -167,6 +167,17 @@ def test_snapshot_and_recommend_refuse_absurd_arguments():
                             (dict(keep_seeds="no"), TypeError, "keep_seeds must be True")]:
         with pytest.raises(err, match=match):
             pm.snapshot(X[:4], steps=1, seed=0, **bad)
+    # the same checks without seeds (a negative threshold was accepted there)
+    for bad, err, match in [(dict(min_count=-5), ValueError, "min_count must be >= 0"),
+                            (dict(min_count=float("nan")), ValueError, "must not be NaN"),
+                            (dict(min_count=float("inf")), ValueError, "must be finite"),
+                            (dict(min_count="3"), TypeError, "min_count must be a real")]:
+        with pytest.raises(err, match=match):
+            pm.snapshot(bounds=(-3, 3), seed=0, **bad)
+    # a noise mode that is not a string is refused as by every call (secure.check_noise)
+    for kw in (dict(bounds=(-3, 3)), dict(seeds=X[:4])):
+        with pytest.raises(TypeError, match="noise must be 'auto', 'plain' or 'secure'"):
+            pm.snapshot(noise=3, seed=0, **kw)
     assert pm.spent == 0.0
     with pytest.raises(TypeError, match="public_seeds must be True or False"):
         pm.recommend(10, public_seeds="no")

@@ -20,6 +20,7 @@ from brace.budget import inspect_ledger, migrate_json_ledger
 from brace.ledger import LedgerError, LedgerLockTimeout
 from brace.ledger_backend import LedgerUnavailable, ledger_class, redact_url
 from brace.ledger_copy import copy_ledger
+from pgserver import free_port  # tests/, on the path for conftest.py
 
 psycopg = pytest.importorskip("psycopg", reason="psycopg not installed (the 'serve' extra)")
 
@@ -51,7 +52,7 @@ def _state(url, **kw):
     return d
 
 
-def test_a_pg_ledger_is_created_only_explicitly(bank, pg_url, pg_server):
+def test_a_pg_ledger_is_created_only_explicitly(bank, pg_url):
     with pytest.raises(LedgerError, match="does not exist.*brace ledger init"):
         _open(bank, pg_url)
     with pytest.raises(LedgerError, match="no schema of the search_path exists"):
@@ -61,16 +62,8 @@ def test_a_pg_ledger_is_created_only_explicitly(bank, pg_url, pg_server):
     with pytest.raises(LedgerError, match="already exists"):
         _new(bank, pg_url)
     with pytest.raises(LedgerError, match="cannot reach"):
-        _open(bank, f"postgresql://brace@127.0.0.1:{_closed_port()}/postgres")
+        _open(bank, f"postgresql://brace@127.0.0.1:{free_port()}/postgres")
     assert redact_url("postgresql://u:pw@h/db") == "postgresql://u:***@h/db"
-
-
-def _closed_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_pg_ledger_persists_binds_and_answers_repeats(bank, pg_url):
@@ -124,7 +117,7 @@ def test_damaged_pg_ledger_is_a_clear_error_never_a_reset(bank, pg_url, damage):
         assert conn.execute("SELECT count(*) FROM releases").fetchone() == before
 
 
-def test_pg_edits_with_a_recomputed_digest_need_the_key(bank, pg_url, pg_server):
+def test_pg_edits_with_a_recomputed_digest_need_the_key(bank, pg_url):
     pm = _new(bank, pg_url, ledger_key=KEY)
     pm.retrieve(bank[:3], steps=2, epsilon=1.0, delta=1e-6, seed=0)
     with pytest.raises(LedgerError, match="is keyed"):
@@ -437,3 +430,18 @@ def test_cli_init_show_backup_restore_with_a_url(bank, pg_url, pg_server, tmp_pa
     assert main(["ledger", "init", pg_url, "--bank", str(tmp_path / "bank.npy"),
                  "--radius", "0.8", "--budget", "20"]) == 2
     assert "already exists" in capsys.readouterr().err
+
+
+def test_a_closed_pg_ledger_is_an_error_not_a_reconnection(bank, pg_url):
+    """After ``close()`` the PostgreSQL ledger refuses every use (it reconnects only after
+    a lost connection), and a write outside a transaction is refused."""
+    pm = _new(bank, pg_url)
+    pm.retrieve(bank[:1], steps=1, epsilon=1.0, delta=1e-6, seed=0)
+    db = pm._db
+    with db.read_view(), pytest.raises(LedgerError, match="only inside transaction"):
+        db.insert_raw([], db.meta)
+    pm.close()
+    assert db.closed
+    with pytest.raises(LedgerError, match="is closed"):
+        pm.retrieve(bank[1:2], steps=1, epsilon=1.0, delta=1e-6, seed=1)
+    assert len(inspect_ledger(pg_url).releases) == 1

@@ -28,6 +28,8 @@ def known_entropy(monkeypatch):
     """OS entropy replaced by ``SECRET``: returns every form in which it could leak — its
     decimal and hex text, and the PCG64 state words it seeds."""
     monkeypatch.setattr(bitgen, "randbits", lambda k: SECRET)
+    # the patch must reach numpy's entropy (else every test here would pass vacuously)
+    assert np.random.SeedSequence().entropy == SECRET
     state = np.random.PCG64(np.random.SeedSequence(SECRET)).state["state"]
     ints = {SECRET, int(state["state"]), int(state["inc"])}
     texts = {str(i) for i in ints} | {hex(i)[2:] for i in ints}
@@ -54,9 +56,13 @@ def _leaks(obj, ints, texts, seen=None) -> list[str]:
     elif isinstance(obj, list | tuple | set):
         for v in obj:
             out += _leaks(v, ints, texts, seen)
+    elif isinstance(obj, np.integer):
+        out += _leaks(int(obj), ints, texts, seen)
     elif isinstance(obj, np.ndarray):
         if obj.dtype == object:
             out += _leaks(obj.tolist(), ints, texts, seen)
+        elif obj.dtype.kind in "iu":
+            out += [repr(i) for i in ints if np.any(obj == i)] if obj.size else []
     elif dataclasses.is_dataclass(obj):
         for f in dataclasses.fields(obj):
             out += _leaks(getattr(obj, f.name), ints, texts, seen)

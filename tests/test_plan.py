@@ -157,6 +157,10 @@ def test_default_release_is_one_constant(monkeypatch):
                             queries=0), ValueError, "queries"),
     (lambda m: plan_release(m, method="brace", epsilon=1.0, delta=None, steps=2),
      TypeError, "delta must be a real number"),
+    (lambda m: plan_release(m, method="global", epsilon=1.0, delta=1e-5, steps=2,
+                            noise="secure", seeded=True),
+     ValueError, "seed must be None with noise='secure': secure noise draws every random "
+                 "bit from the operating system's CSPRNG"),
     (lambda m: plan_release(m, method="brace", epsilon=None, delta=None, steps=2,
                             gamma=0.1, release="count"), ValueError, "needs the budget"),
     (lambda m: plan_release(m, method="brace", epsilon=None, delta=None, steps=2,

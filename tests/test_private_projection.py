@@ -135,7 +135,7 @@ def test_moments_statistic_matches_the_slow_reference():
         Z = domain.clip(X)
         U = pj.moments_offsets(Z, mean, clip, bits)
         R = np.array([_reference_offset(z, mean, clip, bits) for z in Z], dtype=np.int64)
-        assert np.abs(U - R).max() <= 1  # a float rounding may cross an integer
+        np.testing.assert_array_equal(U, R)  # Lemma 14's truncation, to the unit
         M = pj.moments_stat(X, domain, mean, clip, bits)
         exact = sum(np.outer(u.astype(object), u.astype(object)) for u in U)
         assert np.array_equal(M.astype(object), exact)
@@ -206,7 +206,10 @@ def test_moments_noise_has_the_accounted_scale():
         assert np.array_equal(Z, Z.T)
         off = Z[np.triu_indices(d, 1)] / info["sigma"]
         assert abs(off.std() - 1) < 0.06 and abs(off.mean()) < 0.1
-        assert abs(np.diagonal(Z).std() / info["sigma_diag"] - 1) < 0.3
+        diag = [np.diagonal(Z)] + [  # more draws: the diagonal's √2 larger σ, within 15 %
+            np.diagonal(pj.release_moments(X, domain, mean, 1.0, rho, noise, gen, n)[0]
+                        / info["unit"] ** 2 - exact) for _ in range(9)]
+        assert abs(np.concatenate(diag).std() / info["sigma_diag"] - 1) < 0.15
         if noise == "secure":
             assert np.all(Z == np.rint(Z))
 

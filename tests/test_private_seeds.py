@@ -204,7 +204,7 @@ def test_voronoi_statistic_matches_the_slow_reference():
         cnt, sums = sd.voronoi_stats(X, C, clip, unit, domain)
         rc, rs = _reference(X, C, clip, unit, domain)
         np.testing.assert_array_equal(cnt, rc)
-        assert np.abs(sums - rs).max(initial=0) <= n  # a .5 may round the other way
+        np.testing.assert_array_equal(sums, rs)  # Lemma 11's rounding, to the unit
 
 
 # --- rows outside the domain ----------------------------------------------------------------
@@ -226,6 +226,29 @@ def test_a_row_outside_the_domain_counts_as_its_clipped_self():
     ball = sd.parse_domain(None, (np.zeros(6), 2.0), 6)
     z = ball.clip(out[:1])
     assert np.all(np.isfinite(z)) and np.linalg.norm(z) <= 2.0 * (1 + 1e-8)
+
+
+def test_the_private_mean_is_clamped_into_the_domain():
+    """The centre release's mean ``μ = c₀ + V₀/n`` is clamped into the domain
+    (post-processing; as for a projected snapshot): a noisy mean outside the domain no
+    longer carries the later centres away from it (far enough, a later release's
+    ``_check_range`` refused after releases had been computed). The first radii release
+    is centred at the clamped mean."""
+    X = np.zeros((5, 2))  # every row at the box's corner: the noise decides the side
+    domain = sd.parse_domain((0.0, 1.0), None, 2)
+    plan = sd.SeedingPlan.make(1e-3, 5, 2, 3)
+    outside = 0
+    for s in range(6):
+        out = sd.private_seeds(X, domain, plan, noise="plain",
+                               rng=np.random.default_rng(s))
+        v = out["releases"][0]["values"]
+        raw = domain.centre + v[0, :-1] / 5
+        outside += not np.all((raw >= 0.0) & (raw <= 1.0))
+        assert np.all((out["mean"] >= 0.0) & (out["mean"] <= 1.0))
+        np.testing.assert_array_equal(out["mean"], domain.clip(raw[None])[0])
+        np.testing.assert_array_equal(out["releases"][1]["centres"], out["mean"][None])
+        assert [r["kind"] for r in out["releases"][:2]] == ["centre", "radii"]
+    assert outside >= 3  # the noisy mean left the box, and was clamped
 
 
 # --- the snapshot: the filter, the noise, the record ---------------------------------------
@@ -356,9 +379,7 @@ def test_bad_inputs_are_refused_before_anything_is_spent():
 
 def test_plan_is_a_public_function_and_splits_the_budget():
     plan = sd.SeedingPlan.make(0.3, 1797, 64, 8)
-    from brace.budget.seedless import plan_events
-
-    ev = plan_events(plan)
+    ev = plan.events()
     assert len(ev) == 1 + 8 + 8 and sum(ev) == pytest.approx(0.3)
     assert plan.split_rounds == (2, 4) and 1 <= plan.k0 <= 64
     assert sd.SeedingPlan.make(0.3, 1797, 64, 8) == plan
@@ -367,7 +388,14 @@ def test_plan_is_a_public_function_and_splits_the_budget():
     assert sd.SeedingPlan.make(0.3, 10**5, 64).rounds == 8
     small = sd.SeedingPlan.make(0.02, 1797, 64)
     assert small.rounds == 3 and small.c_min == 1.0 and small.split_rounds == (1, 2)
-    assert sum(plan_events(small)) == pytest.approx(0.02)
+    assert sum(small.events()) == pytest.approx(0.02)
+    # a projected plan: its three full-space releases, then its synopsis's
+    from brace.projection import ProjectionPlan
+
+    pp = ProjectionPlan.make(0.3, 1797, 64, 8)
+    assert pp.events() == [pp.rho_centre, pp.rho_scale, pp.rho_moments,
+                           *pp.seeding.events()]
+    assert sum(pp.events()) == pytest.approx(0.3)
 
 
 def test_memory_mapped_bank_gives_the_same_synopsis(tmp_path):
@@ -415,3 +443,21 @@ def test_recommend_advises_a_synopsis_without_public_seeds_or_nothing():
     none = tiny.recommend(1000, public_seeds=False)
     assert none.use == "nothing" and none.cells < 2 and "noisy mean" in none.reason
     assert pm.spent == 0.0 and brace.__version__
+
+
+def test_a_domain_beyond_the_bank_range_is_refused_before_anything_is_spent():
+    """The domain is public: one beyond |x| <= 2^400 (where the rounds' squares and the
+    noise's variance could overflow after admission) is refused from it alone; one at
+    the edge of the range releases finite attractors."""
+    X = np.random.default_rng(0).uniform(-1, 1, size=(200, 1))
+    pm = PrivateMemory(X, radius=0.5, budget=(1.0, 1e-5))
+    for kw in (dict(bounds=(-1e150, 1e150)), dict(ball=(0.0, 1e130)),
+               dict(ball=(2.0**400, 2.0**360))):
+        with pytest.raises(ValueError, match=r"input range \|x\| <= 2\^400"):
+            pm.snapshot(epsilon=1e-3, seed=1, **kw)
+    assert pm.spent == 0.0
+    B = 2.0**399
+    wide = PrivateMemory(X * B, radius=B / 10, budget=(1.0, 1e-5))
+    with np.errstate(all="raise"):
+        syn = wide.snapshot(bounds=(-B, B), epsilon=1e-3, seed=1)
+    assert np.all(np.isfinite(syn.attractors))

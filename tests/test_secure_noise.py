@@ -306,6 +306,24 @@ def test_secure_range_is_decided_from_public_values():
     assert brace.private_retrieve(m, far, seed=1, **kw).outputs.shape == (1, 2, 2)
 
 
+@pytest.mark.parametrize("projection", [True, False])
+def test_secure_projection_radius_is_floored_at_zero(projection):
+    """A safety radius (or ball) smaller than the grid's g·√d clamps onto the query
+    itself, never through it to the other side (a negative radius reflected it)."""
+    from types import SimpleNamespace
+
+    from brace.steps import _project_step
+
+    q = np.array([[4.0, -2.0]])
+    w = SimpleNamespace(plan=SimpleNamespace(output_projection=projection), q=q)
+    y = np.array([[40.0, 7.0]])
+    g = np.array([1.0])
+    np.testing.assert_array_equal(_project_step(w, y, g, np.array([0.0])), q)
+    np.testing.assert_array_equal(_project_step(w, y, g, 1.0), q)  # 1 < g·√2
+    far = _project_step(w, y, g, np.array([10.0]))  # inside B̄(q, 10), on the grid
+    assert np.linalg.norm(far - q) <= 10.0 and np.all(far == np.rint(far))
+
+
 def test_discrete_gaussian_renyi_divergence_is_bounded_by_the_statement():
     """D_α(N_Z(μ,σ²) ‖ N_Z(ν,σ²)) ≤ αΔ²/(2σ²) for integer shifts (CKS 2020, Prop. 5),
     summed exactly over the support; and close to it."""
@@ -453,23 +471,7 @@ def test_fallback_paths_keep_the_law(monkeypatch):
     assert _chi2_pvalue(g, pmf, -lim, lim) > ALARM
 
 
-def test_bernoulli_exp_and_uniform_primitives():
-    n = 400_000
-    for num, den in ((3, 10), (17, 10), (5, 2), (0, 7), (1, 1)):
-        b = D._bernoulli_exp(np.full(n, num, np.int64), np.full(n, den, np.int64))
-        assert _tail_pvalue(int(b.sum()), n, math.exp(-num / den)) > ALARM if num else b.all()
-    for top in (3, 1000, 3 << 60, (1 << 62) - 1, 1 << 62):
-        u = D._uniform_below(np.full(n, top, np.int64))
-        assert u.min() >= 0 and u.max() < top
-        cells = u % 3 if top == 3 else u // -(-top // 8)  # equal cells (the last ≤ others)
-        counts = np.bincount(cells, minlength=3 if top == 3 else 8)
-        size = np.array([1.0] * 3) if top == 3 else np.minimum(
-            -(-top // 8), top - np.arange(8) * -(-top // 8)).astype(np.float64)
-        expect = size / size.sum() * n
-        assert float(stats.chisquare(counts, expect).pvalue) > ALARM
-    assert np.array_equal(D._uniform_below(np.ones(5, np.int64)), np.zeros(5))
-    r = D._runs_exp1(n)
-    assert _tail_pvalue(int(np.sum(r >= 2)), n, math.exp(-2)) > ALARM
+def test_discrete_sampler_refusals():
     with pytest.raises(ValueError, match="below 2\\^104"):
         D.sample_discrete_gaussian(np.array([1 << 52]), np.array([1 << 53]))
     with pytest.raises(TypeError):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from brace.ledger import LedgerError  # noqa: E402
 from brace.ledger_backend import ledger_class  # noqa: E402
 from brace.mechanisms import DIAGNOSTIC_FIELDS  # noqa: E402
 from brace.serve import Limits, ServeConfig, Service, create_app, hash_token, load_keys  # noqa: E402
+from pgserver import free_port  # noqa: E402 (tests/, on the path for conftest.py)
 
 ANALYST = "analyst-token-0123456789abcdef"
 ADMIN = "admin-token-0123456789abcdefgh"
@@ -120,6 +120,23 @@ def test_keys_roles_and_tokens(client, bank, tmp_path):
         (tmp_path / "bad").write_text(text)
         with pytest.raises(ValueError, match=match):
             load_keys(tmp_path / "bad")
+    # a sha256= form is 64 hex digits, either case; anything else after sha256= is an
+    # error, never a token in the clear; a token in the clear is printable ASCII
+    digest = hash_token(ADMIN).removeprefix("sha256=")
+    for form in (f"sha256={digest.upper()}", f"SHA256={digest}"):
+        (tmp_path / "upper").write_text(f"root:{form}:admin\n")
+        assert load_keys(tmp_path / "upper")[0].identify(ADMIN).name == "root"
+    for text, match in [(f"a:sha256={digest[:-2]}:analyst", "64 hexadecimal.*got 62 char"),
+                        (f"a:sha256={digest[:-1]}g:analyst", "not all hexadecimal"),
+                        (f"a:sha256={digest}00:analyst", "got 66 character"),
+                        (f"a:{'é' * 24}:analyst", "printable ASCII"),
+                        (f"a:{'t' * 12}\x07{'t' * 12}:analyst", "printable ASCII")]:
+        (tmp_path / "bad").write_text(text, encoding="utf-8")
+        with pytest.raises(ValueError, match=match):
+            load_keys(tmp_path / "bad")
+    with pytest.raises(ValueError, match="printable ASCII"):
+        hash_token("é" * 24)
+    assert ring.identify("\udcff" * 24) is None and ring.identify("é" * 24) is None
     (tmp_path / "bad").write_text(f"a:{'t' * 24}:analyst")
     (tmp_path / "bad").chmod(0o644)
     assert "chmod 600" in load_keys(tmp_path / "bad")[1][0]
@@ -151,9 +168,8 @@ def test_every_route(client, bank):
     assert budget["releases"] == 2 and 0 < budget["spent"] < 8
     assert budget["spent"] + budget["remaining"] == pytest.approx(8.0)
     # the synopsis: none yet; released once by an admin; then free answers
-    for path in ("/v1/synopsis",):
-        r = client.get(path, headers=A)
-        assert r.status_code == 404 and "no synopsis" in r.json()["message"]
+    r = client.get("/v1/synopsis", headers=A)
+    assert r.status_code == 404 and "no synopsis" in r.json()["message"]
     r = client.post("/v1/complete", json={"queries": _q(bank)}, headers=A)
     assert r.status_code == 404
     r = client.post("/v1/snapshot", json={"epsilon": 1.0, "seeds": _q(bank, slice(0, 6))},
@@ -161,6 +177,7 @@ def test_every_route(client, bank):
     assert r.status_code == 200, r.text
     _no_secrets(r)
     syn = r.json()
+    assert syn["params"]["noise"] == "secure"
     spent = client.get("/v1/budget", headers=A).json()["spent"]
     r = client.post("/v1/snapshot", json={"epsilon": 1.0, "seeds": _q(bank, slice(0, 6))},
                     headers=ROOT)
@@ -175,6 +192,19 @@ def test_every_route(client, bank):
     r = client.post("/v1/snapshot", json={"epsilon": 0.5, "seeds": _q(bank, slice(0, 3)),
                                           "again": True}, headers=ROOT)
     assert r.status_code == 200 and client.get("/v1/budget", headers=A).json()["spent"] > spent
+
+
+def test_the_openapi_request_schemas_are_the_fields_the_server_takes():
+    from brace.serve.openapi import openapi_document
+    from brace.serve.requests import COMPLETE_FIELDS, RETRIEVE_FIELDS, SNAPSHOT_FIELDS
+
+    paths = openapi_document()["paths"]
+    for path, (required, optional) in [("/v1/retrieve", RETRIEVE_FIELDS),
+                                       ("/v1/snapshot", SNAPSHOT_FIELDS),
+                                       ("/v1/complete", COMPLETE_FIELDS)]:
+        schema = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert set(schema["properties"]) == {*required, *optional}, path
+        assert schema["required"] == list(required) and not schema["additionalProperties"]
 
 
 def test_409_and_422_bodies(client, bank):
@@ -331,6 +361,67 @@ def test_errors_after_admission_and_ledger_errors_say_nothing(client, bank, monk
     assert client.get("/healthz").status_code == 200  # the metadata is intact
 
 
+@pytest.mark.parametrize("where", ["release_cell_round", "run_plan", "private_seeds"])
+def test_errors_inside_an_admitted_snapshot_say_nothing(client, bank, monkeypatch, where):
+    import brace.budget.seedless as seedless
+    import brace.budget.snapshot as snapshot
+
+    def fails(*args, **kw):
+        raise ValueError("secret detail: a cell of 3 rows at 0.654321")
+
+    if where == "private_seeds":  # the snapshot without seeds
+        monkeypatch.setattr(seedless, where, fails)
+        body = {"epsilon": 1.0, "bounds": [-4.0, 4.0]}
+    else:
+        monkeypatch.setattr(snapshot, where, fails)
+        body = {"epsilon": 1.0, "seeds": _q(bank, slice(0, 4)), "steps": 1 if where ==
+                "run_plan" else 0}
+    r = client.post("/v1/snapshot", json=body, headers=ROOT)
+    assert r.status_code == 500 and r.json()["error"] == "internal", r.text
+    assert "secret" not in r.text and "0.654321" not in r.text and "reference" in r.text
+    _no_secrets(r)
+    monkeypatch.undo()
+    assert client.get("/v1/budget", headers=A).json()["releases"] == 0  # nothing spent
+    assert client.get("/v1/synopsis", headers=A).status_code == 404
+    assert client.post("/v1/snapshot", json=body, headers=ROOT).status_code == 200
+
+
+def test_a_snapshot_that_cannot_be_published_says_it_was_released(client, bank,
+                                                                  monkeypatch):
+    def fails(text):
+        raise OSError("disk full under /secret/path")
+
+    monkeypatch.setattr(client.service.store, "put", fails)
+    body = {"epsilon": 1.0, "seeds": _q(bank, slice(0, 4))}
+    r = client.post("/v1/snapshot", json=body, headers=ROOT)
+    assert r.status_code == 503 and r.json()["error"] == "not_published", r.text
+    message = r.json()["message"]
+    assert "released and charged" in message and "nothing was" not in message
+    assert "secret" not in r.text and "reference" in message
+    monkeypatch.undo()
+    assert client.get("/v1/budget", headers=A).json()["releases"] == 2  # charged
+    r = client.get("/v1/synopsis", headers=A)
+    assert r.status_code == 404 and "not published" in r.json()["message"]
+    # a non-finite value in the synopsis is null with a reason, never a 422
+    public = client.service._public_synopsis
+
+    def with_inf(syn):
+        d = public(syn)
+        d["params"]["count_std"] = float("inf")
+        return d
+
+    monkeypatch.setattr(client.service, "_public_synopsis", with_inf)
+    r = client.post("/v1/snapshot", json={**body, "again": True}, headers=ROOT)
+    assert r.status_code == 200, r.text
+    params = r.json()["params"]
+    assert params["count_std"] is None and params["count_std_null_reason"] == "infinite"
+    assert client.get("/v1/synopsis", headers=A).json() == r.json()
+    # only an admitted call that failed before its record says nothing was spent
+    monkeypatch.setattr(client.service, "budget", lambda: 1 / 0)
+    r = client.get("/v1/budget", headers=A)
+    assert r.status_code == 500 and "nothing was" not in r.json()["message"]
+
+
 def test_a_foreign_ledger_is_refused(tmp_path, bank):
     config = _deploy(tmp_path, bank)
     np.save(tmp_path / "other.npy", bank[:-1])
@@ -360,15 +451,9 @@ def test_the_service_on_a_postgresql_ledger(tmp_path, bank, pg_url):
     assert len(inspect_ledger(pg_url).releases) == 3
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_brace_serve_runs_a_real_server(tmp_path, bank):
     config = _deploy(tmp_path, bank)
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.Popen(
         [sys.executable, "-m", "brace.cli", "serve", "--bank", config.bank, "--radius", "1.5",
@@ -384,8 +469,10 @@ def test_brace_serve_runs_a_real_server(tmp_path, bank):
                     assert json.load(resp)["status"] == "ok"
                 break
             except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, \
-                    proc.communicate()[1]
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    proc.kill()  # then its output, which cannot wait for it forever
+                    pytest.fail(f"the server did not answer: "
+                                f"{proc.communicate(timeout=10)[1][-3000:]}")
                 time.sleep(0.2)
         req = urllib.request.Request(
             f"{url}/v1/retrieve", method="POST", headers={**A, "Content-Type":
@@ -394,8 +481,14 @@ def test_brace_serve_runs_a_real_server(tmp_path, bank):
         with urllib.request.urlopen(req, timeout=30) as resp:
             assert json.load(resp)["release_id"] == 1
     finally:
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
+        if proc.returncode is None:  # still running (a failed start was collected)
+            proc.send_signal(signal.SIGTERM)
+            try:
+                _, err = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate(timeout=10)
+                raise
     assert "brace serve: bank" in err and "Traceback" not in err
     assert len(inspect_ledger(config.ledger).releases) == 1
 

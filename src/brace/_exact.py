@@ -26,9 +26,8 @@ def noisy_integers(stat: np.ndarray, sensitivity_units: float, rho: float, noise
     if noise == "secure":
         s2 = Fraction(float(sensitivity_units)) ** 2 / (2 * Fraction(float(rho)))
         t, m, f = discrete_gaussian_scale(s2)
-        z = sample_discrete_gaussian(np.full(stat.shape, t, dtype=np.int64),
-                                     np.full(stat.shape, m, dtype=np.int64),
-                                     np.full(stat.shape, f, dtype=np.int64))
+        t_, m_, f_ = (np.broadcast_to(np.int64(v), stat.shape) for v in (t, m, f))
+        z = sample_discrete_gaussian(t_, m_, f_)
         return (stat + z).astype(np.float64), math.sqrt(t * (m + f * 2.0**-30))
     sigma = float(sensitivity_units) / math.sqrt(2.0 * float(rho))
     return stat.astype(np.float64) + sigma * rng.standard_normal(stat.shape), sigma

@@ -103,23 +103,6 @@ def _randbelow(n: int) -> int:
             return r
 
 
-def _uniform_below(n: np.ndarray) -> np.ndarray:
-    """A uniform integer in ``[0, n_i)`` for each ``1 ≤ n_i ≤ 2^62``: a random word ``w`` is
-    kept when ``w ≥ 2^64 mod n_i`` (the kept range's length is a multiple of ``n_i``, so
-    ``w mod n_i`` is uniform; a word is rejected with probability ``< n_i/2^64 ≤ 1/4``)."""
-    n = np.asarray(n, dtype=np.int64).astype(np.uint64)
-    low = (np.uint64(0) - n) % n  # 2^64 mod n
-    out = np.empty(n.shape, dtype=np.int64)
-    todo = np.arange(n.size)
-    while todo.size:
-        w = _words(todo.size)
-        nt = n[todo]
-        ok = w >= low[todo]
-        out[todo[ok]] = (w[ok] % nt[ok]).astype(np.int64)
-        todo = todo[~ok]
-    return out
-
-
 # --- the float64 exponential and its proven error -----------------------------------------
 
 _TABLE: np.ndarray | None = None
@@ -389,18 +372,6 @@ def _bernoulli_exp_vec(xt: np.ndarray, exact) -> np.ndarray:
     for i in np.flatnonzero(und).tolist():
         acc[i] = _exact_below_exp(_Lazy(int(w[i]), 32), exact(i))
     return acc
-
-
-def _bernoulli_exp(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    """``Bernoulli(exp(−num/den))`` for integer arrays ``0 ≤ num``, ``1 ≤ den`` (< 2^63):
-    ``x̃ = fl(fl(num)/fl(den))`` has ``|x̃ − x| ≤ 3.0001u·x``."""
-    num = np.asarray(num, dtype=np.int64).ravel()
-    den = np.asarray(den, dtype=np.int64).ravel()
-    num, den = np.broadcast_arrays(num, den)
-    if num.size and (num.min() < 0 or den.min() < 1):
-        raise ValueError("need num >= 0 and den >= 1.")
-    xt = num.astype(np.float64) / den.astype(np.float64)
-    return _bernoulli_exp_vec(xt, lambda i: Fraction(int(num[i]), int(den[i])))
 
 
 # --- the geometric part, by inversion ---------------------------------------------------------
@@ -753,14 +724,11 @@ def discrete_gaussian_params(sigma2: Fraction | int | float) -> tuple[int, int]:
     """Integers ``(t, m)`` with ``t·m ≥ σ²`` and ``t = ⌊sqrt(⌈σ²⌉)⌋ + 1 > σ``: the
     sampler's ``σ'² = t·m`` exceeds ``σ²`` by less than ``t`` (relative ``< 1/σ + 1/σ²``),
     and rounding σ² up only adds noise. ``σ'²`` must be below ``MAX_SIGMA2 = 2^104``."""
-    s2 = Fraction(sigma2)
-    if not s2 > 0:
-        raise ValueError(f"sigma^2 must be > 0; got {sigma2!r}.")
-    t = math.isqrt(math.ceil(s2)) + 1
-    m = math.ceil(s2 / t)
+    t, m, m_frac = discrete_gaussian_scale(sigma2)
+    m += m_frac > 0  # ⌈σ²/t⌉ = ⌈⌈σ²·2^30/t⌉/2^30⌉
     if t * m >= MAX_SIGMA2:
-        raise ValueError(f"sigma^2 = {float(s2):.3g} is too large for the exact sampler "
-                         "(below 2^104).")
+        raise ValueError(f"sigma^2 = {float(Fraction(sigma2)):.3g} is too large for the exact "
+                         "sampler (below 2^104).")
     return t, m
 
 
@@ -786,7 +754,7 @@ def discrete_gaussian_scale(sigma2: Fraction | int | float) -> tuple[int, int, i
 
 # --- the two-sided geometric ------------------------------------------------------------------
 
-def _geometric_trials(n: int, eps: Fraction, ef: float, L: int, nA: int
+def _geometric_trials(n: int, ef: float, L: int, nA: int
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
     """``n`` trials of ``|Z| = A + L·B``: ``A`` uniform on ``[0, 2^{n_A})``, rejected when
     ``A ≥ L``, kept with probability ``e^{−εA}``; ``B = max{b : W_b < e^{−εLb}}``
@@ -878,7 +846,7 @@ def sample_two_sided_geometric(epsilon: float | Fraction, size: int | tuple[int,
     out = np.empty(n, dtype=np.int64)
     todo = np.arange(n)
     while todo.size:
-        acc, Y, und, raw = _geometric_trials(todo.size, eps, ef, L, nA)
+        acc, Y, und, raw = _geometric_trials(todo.size, ef, L, nA)
         for k in np.flatnonzero(und).tolist():
             acc[k], Y[k] = _geometric_trial_exact(
                 int(raw["A"][k]), bool(raw["neg"][k]), int(raw["wb"][k]), int(raw["wa"][k]),
@@ -886,16 +854,6 @@ def sample_two_sided_geometric(epsilon: float | Fraction, size: int | tuple[int,
         out[todo[acc]] = Y[acc]
         todo = todo[~acc]
     return out.reshape(shape)
-
-
-def _runs_exp1(n: int) -> np.ndarray:
-    """``n`` draws of ``V`` with ``P(V ≥ v) = e^{−v}`` (the run of ``Bernoulli(e^{−1})``
-    successes), by the verified inversion of :func:`_geometric_table`."""
-    wv = (_words(n) >> np.uint64(32)).astype(np.float64)
-    v, ok = _geometric_table(wv, 1.0, 8)
-    for k in np.flatnonzero(~ok).tolist():
-        v[k] = _exact_geometric(_Lazy(int(wv[k]), 32), Fraction(1))
-    return v
 
 
 # --- the laws and their privacy -------------------------------------------------------------

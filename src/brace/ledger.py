@@ -298,10 +298,9 @@ class Ledger:
         self.timeout = timeout
         self._head = meta["head"]
         self.read_only = read_only
-        #: a transaction that had appended rows was rolled back: a reader that absorbed
-        #: them (PrivateMemory) must read the ledger afresh (:meth:`forget_rollback`)
-        self.rolled_back = False
-        self._appended = False
+        #: the current (or last) transaction appended a release: if it failed, a reader
+        #: that absorbed it (PrivateMemory._ledger_call) must read the ledger afresh
+        self.appended = False
         # what the path named when it was opened: the file and (WAL) its journal files
         self._identity = {suffix: _file_id(Path(os.fspath(path) + suffix))
                           for suffix in ("", "-wal", "-shm")}
@@ -334,8 +333,10 @@ class Ledger:
         Atomic: the ledger is built in a temporary file beside ``path`` and hard-linked
         into place, which fails if ``path`` exists (another process won a race to create
         it: a clear :class:`LedgerError`, and nothing of the winner's is touched).
-        ``fill(ledger)``, if given, records releases in the temporary ledger before it is
-        published (a migration): if it fails, nothing is left at ``path``."""
+        ``fill(ledger)``, if given, records releases in the temporary ledger, in one
+        transaction, before it is published (a migration, a restore): no other process
+        sees the ledger before it is complete, and if ``fill`` fails nothing is left at
+        ``path``."""
 
         p = Path(os.fspath(path))
         _check_path(p, must_exist=False)
@@ -356,7 +357,9 @@ class Ledger:
                 cls._write_meta(conn, meta, k)
                 conn.execute("COMMIT")
                 if fill is not None:
-                    fill(cls(tmp, conn, meta, k, timeout))
+                    staged = cls(tmp, conn, meta, k, timeout)
+                    with staged.transaction():
+                        fill(staged)
             except sqlite3.Error as exc:
                 raise LedgerError(f"cannot create ledger {p}: {_explain(exc, p, True)}") \
                     from None
@@ -538,7 +541,7 @@ class Ledger:
             raise LedgerError(f"ledger {self.path}: {_explain(exc, self.path, True)}. "
                               "Nothing was released or spent.") from None
         _write_holder(self.path)
-        self._appended = False
+        self.appended = False
         try:
             meta = self._read_meta(conn, self.path, self._key)
             self.meta = meta
@@ -549,7 +552,6 @@ class Ledger:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
             self.meta["head"] = self._head
-            self.rolled_back = self.rolled_back or self._appended
             if isinstance(exc, sqlite3.Error):
                 raise LedgerError(f"could not record in ledger {self.path}: "
                                   f"{_explain(exc, self.path, True)}. Nothing was released "
@@ -665,7 +667,7 @@ class Ledger:
         head = self.meta["head"]
         rid = int(head["count"]) + 1
         t = now()
-        self._appended = True
+        self.appended = True
         rec = json.dumps(record, sort_keys=True, allow_nan=False)
         ob = np.ascontiguousarray(outputs, dtype=np.float64).tobytes()
         cb = None if released_counts is None else np.ascontiguousarray(
@@ -673,16 +675,39 @@ class Ledger:
         ctb = np.ascontiguousarray(centres, dtype=np.float64).tobytes()
         rb = np.ascontiguousarray(radii, dtype=np.float64).tobytes()
         mac = self._row_mac(str(head["mac"]), rid, t, call_key, rec, ob, cb, ctb, rb)
-        conn = self._live()
-        conn.execute(
-            "INSERT INTO releases (id, time, call_key, record, outputs, counts, centres, "
-            "radii, mac) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (rid, t, call_key, rec, ob, cb, ctb, rb, mac))
-        self.meta = {**self.meta, "head": {"count": rid, "mac": mac}}
-        self._write_meta(conn, self.meta, self._key)
+        meta = {**self.meta, "head": {"count": rid, "mac": mac}}
+        self._store_row((rid, t, call_key, rec, ob, cb, ctb, rb, mac), meta)
+        self.meta = meta
         return ReleaseRow(rid, t, call_key, json.loads(rec), np.asarray(outputs, np.float64),
                           released_counts, np.asarray(centres, np.float64),
                           np.asarray(radii, np.float64))
+
+    def _store_row(self, values: tuple, meta: dict[str, Any]) -> None:
+        """Write one release row and the metadata that heads it (inside the transaction)."""
+        conn = self._live()
+        conn.execute(
+            "INSERT INTO releases (id, time, call_key, record, outputs, counts, centres, "
+            "radii, mac) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", values)
+        self._write_meta(conn, meta, self._key)
+
+    def raw_rows(self) -> list[tuple]:
+        """Every release row as stored (inside :meth:`read_view`: a backup's source)."""
+        try:
+            return [tuple(row) for row in self._live().execute(
+                "SELECT id, time, call_key, record, outputs, counts, centres, radii, mac "
+                "FROM releases ORDER BY id").fetchall()]
+        except sqlite3.DatabaseError as exc:  # a damaged file
+            raise LedgerError(f"ledger {self.path} cannot be read ({exc}).") from None
+
+    def insert_raw(self, rows: list[tuple], meta: dict[str, Any]) -> None:
+        """Insert release rows as stored elsewhere and the metadata that heads them
+        (inside the transaction of a new, empty ledger: ``create(fill=…)``)."""
+        conn = self._live()
+        conn.executemany(
+            "INSERT INTO releases (id, time, call_key, record, outputs, counts, centres, "
+            "radii, mac) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        self._write_meta(conn, meta, self._key)
+        self.meta = meta
 
     def arrays(self, rid: int) -> tuple[np.ndarray, np.ndarray | None]:
         """The released outputs and noisy counts of release ``rid``, validated (its chain
@@ -984,17 +1009,13 @@ def _holder(path: Path) -> str:
 # --------------------------------------------------------------------------------------
 
 
-def _backend(location: str | os.PathLike) -> type[Ledger]:
-    """The ledger class that serves ``location``: today every location is an SQLite file
-    (:class:`Ledger`); a server ledger would be chosen here by its address."""
-    return Ledger
-
-
 def open_ledger(location: str | os.PathLike, *, key: bytes | str | None = None,
                 timeout: float = 10.0, write: bool = True) -> Ledger:
     """Open the ledger at ``location`` (:meth:`Ledger.open`): the one entry point by
     which commands open a ledger they were given."""
-    return _backend(location).open(location, key=key, timeout=timeout, write=write)
+    from .ledger_backend import ledger_class  # a file, or a postgresql:// URL
+
+    return ledger_class(location).open(location, key=key, timeout=timeout, write=write)
 
 
 def backup_ledger(source: str | os.PathLike, target: str | os.PathLike, *,
@@ -1008,8 +1029,7 @@ def backup_ledger(source: str | os.PathLike, target: str | os.PathLike, *,
     carefully as the ledger (``docs/ledger.md``, threat model)."""
     src = open_ledger(source, key=key, timeout=timeout, write=False)
     try:
-        src.read_since(0, "")  # refuse to copy a ledger that fails its own checks
-        return src.backup_to(target)
+        return src.backup_to(target)  # the copy is verified before it is published
     finally:
         src.close()
 

@@ -55,7 +55,6 @@ from .ledger import (
     _digest,
     ledger_key_from_env,
     new_meta,
-    now,
 )
 from .ledger_url import LedgerUnavailable, redact_url
 
@@ -94,8 +93,11 @@ class PgLedger(Ledger):
         super().__init__(redact_url(url), conn, meta, key, timeout)  # type: ignore[arg-type]
         self._url = url
         self.schema = schema
-        self._in_tx = False
-        self._pending: list[tuple] = []  # release rows appended in this transaction
+        self._in_tx = False  # inside transaction() or read_view()
+        #: release rows appended in this write transaction (None outside one): written
+        #: with the new head and COMMIT in one round trip when it ends
+        self._pending: list[tuple] | None = None
+        self._closed = False
         m, r = sql.Identifier(schema, "meta"), sql.Identifier(schema, "releases")
         self._sql = {
             # every meta row, locked in key order (the head among them): one round trip
@@ -157,9 +159,13 @@ class PgLedger(Ledger):
     @classmethod
     def create(cls, path: str, *, fingerprint: dict[str, Any],  # type: ignore[override]
                budget: tuple[float, float], filter_spec: dict[str, Any],
-               key: bytes | str | None = None, timeout: float = 10.0) -> PgLedger:
+               key: bytes | str | None = None, timeout: float = 10.0,
+               fill: Any = None) -> PgLedger:
         """Create a new, empty ledger in the URL's schema; refuses one that holds a
-        ledger (or a table named ``meta`` or ``releases``)."""
+        ledger (or a table named ``meta`` or ``releases``). ``fill(ledger)``, if given,
+        records releases in the same transaction as the tables (a migration, a restore):
+        no other session sees the ledger before it is complete, and if ``fill`` fails
+        nothing is left."""
         k = ledger_key_from_env(key)
         conn, schema = cls._pg_connect(path, timeout)
         meta = new_meta(fingerprint, budget, filter_spec, k)
@@ -174,6 +180,13 @@ class PgLedger(Ledger):
                             "another database or schema.")
                     db._create_tables()
                     db._store_meta(meta)
+                    if fill is not None:
+                        db._in_tx, db._pending = True, []
+                        try:
+                            fill(db)
+                            db._flush()
+                        finally:
+                            db._in_tx, db._pending = False, None
         except BaseException:
             db.close()
             raise
@@ -224,8 +237,14 @@ class PgLedger(Ledger):
         return db
 
     def close(self) -> None:
+        """Close the connection; a later use of this object is a :class:`LedgerError`."""
+        self._closed = True
         with contextlib.suppress(psycopg.Error):
             self._conn.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     # ------------------------------------------------------------------------------
     def _error(self, exc: BaseException) -> LedgerError:
@@ -267,7 +286,11 @@ class PgLedger(Ledger):
         return "another session holds its write lock"
 
     def _live(self) -> psycopg.Connection:
-        """The connection, reopened if the last one was lost."""
+        """The connection, reopened if the last one was lost (not after :meth:`close`)."""
+        if self._closed:
+            raise LedgerError(
+                f"ledger {self.path} is closed (PrivateMemory.close(), or the end of its "
+                "with block): nothing was released or spent. Open it again to go on.")
         if self._conn.closed or self._conn.broken:
             with contextlib.suppress(psycopg.Error):
                 self._conn.close()
@@ -318,14 +341,11 @@ class PgLedger(Ledger):
             except BaseException:
                 self._rollback()
                 raise
-        self._in_tx, self._pending = True, []
+        self._in_tx, self._pending, self.appended = True, [], False
         try:
             yield
             with self._guard(), conn.pipeline():  # the writes and COMMIT: one round trip
-                if self._pending:
-                    with conn.cursor() as cur:
-                        cur.executemany(self._sql["insert"], self._pending)
-                    self._store_meta(self.meta)
+                self._flush()
                 conn.execute("COMMIT")
         except BaseException as exc:
             self._rollback()
@@ -334,7 +354,7 @@ class PgLedger(Ledger):
                 raise self._error(exc) from None
             raise
         finally:
-            self._in_tx, self._pending = False, []
+            self._in_tx, self._pending = False, None
 
     @contextlib.contextmanager
     def read_view(self) -> Iterator[None]:
@@ -367,29 +387,24 @@ class PgLedger(Ledger):
             rows = self._conn.execute(self._sql["since"], (int(after),)).fetchall()
         return self._verify_chain(rows, after, prev_mac)
 
-    def append(self, *, call_key: str, record: dict[str, Any], outputs: np.ndarray,
-               released_counts: np.ndarray | None, centres: np.ndarray,
-               radii: np.ndarray) -> ReleaseRow:
-        """Insert one release (inside :meth:`transaction`) and advance the head."""
-        if not self._in_tx:
-            raise LedgerError("PgLedger.append must run inside transaction().")
-        head = self.meta["head"]
-        rid = int(head["count"]) + 1
-        t = now()
-        rec = json.dumps(record, sort_keys=True, allow_nan=False)
-        ob = np.ascontiguousarray(outputs, dtype=np.float64).tobytes()
-        cb = None if released_counts is None else np.ascontiguousarray(
-            released_counts, dtype=np.int64).tobytes()
-        ctb = np.ascontiguousarray(centres, dtype=np.float64).tobytes()
-        rb = np.ascontiguousarray(radii, dtype=np.float64).tobytes()
-        mac = self._row_mac(str(head["mac"]), rid, t, call_key, rec, ob, cb, ctb, rb)
-        # written with the new head and COMMIT in one round trip when the transaction
-        # ends (:meth:`transaction`); a failure there rolls everything back
-        self._pending.append((rid, t, call_key, rec, ob, cb, ctb, rb, mac))
-        self.meta = {**self.meta, "head": {"count": rid, "mac": mac}}
-        return ReleaseRow(rid, t, call_key, json.loads(rec), np.asarray(outputs, np.float64),
-                          released_counts, np.asarray(centres, np.float64),
-                          np.asarray(radii, np.float64))
+    def _store_row(self, values: tuple, meta: dict[str, Any]) -> None:
+        """Keep one release row (:meth:`Ledger.append` built it and its MAC): written
+        with the new head and COMMIT in one round trip when the transaction ends
+        (:meth:`_flush`); a failure there rolls everything back."""
+        self._writing().append(values)
+
+    def _writing(self) -> list[tuple]:
+        if self._pending is None:
+            raise LedgerError(f"ledger {self.path}: a release is written only inside "
+                              "transaction().")
+        return self._pending
+
+    def _flush(self) -> None:
+        """Write the kept rows and the metadata that heads them (in the transaction)."""
+        if self._pending:
+            with self._conn.cursor() as cur:
+                cur.executemany(self._sql["insert"], self._pending)
+            self._store_meta(self.meta)
 
     def arrays(self, rid: int) -> tuple[np.ndarray, np.ndarray | None]:
         """The released outputs and noisy counts of release ``rid``, validated."""
@@ -410,11 +425,9 @@ class PgLedger(Ledger):
 
     def insert_raw(self, rows: list[tuple], meta: dict[str, Any]) -> None:
         """Insert release rows as stored elsewhere and the metadata that heads them
-        (inside :meth:`transaction` of a new, empty ledger)."""
-        if not self._in_tx:
-            raise LedgerError("PgLedger.insert_raw must run inside transaction().")
-        with self._guard(), self._conn.cursor() as cur:
-            cur.executemany(self._sql["insert"], rows)
+        (inside the transaction of a new, empty ledger: ``create(fill=…)``)."""
+        self._writing().extend(rows)
+        with self._guard():
             self._store_meta(meta)
         self.meta = meta
 

@@ -205,22 +205,14 @@ def migrate_json_ledger(source: str | os.PathLike, target: str | os.PathLike, *,
         _ledger._check_record(new, f"JSON ledger {source}, release {i}")
         rows.append((i, new, int(count)))
 
-    def fill(db: _ledger.Ledger) -> None:
-        with db.transaction():
-            for i, new, c in rows:
-                db.append(call_key=f"migrated:{i}", record=new,
-                          outputs=np.zeros((c, 1, dim)), released_counts=None,
-                          centres=np.zeros((c, dim)), radii=np.full(c, math.inf))
+    def fill(db: _ledger.Ledger) -> None:  # inside the creating transaction
+        for i, new, c in rows:
+            db.append(call_key=f"migrated:{i}", record=new,
+                      outputs=np.zeros((c, 1, dim)), released_counts=None,
+                      centres=np.zeros((c, dim)), radii=np.full(c, math.inf))
 
-    cls = ledger_class(target)
-    if cls is _ledger.Ledger:  # built in a temporary file, published when complete
-        cls.create(target, fingerprint=fp, budget=budget, filter_spec=spec, key=ledger_key,
-                   fill=fill).close()
-    else:  # a server ledger: created, then filled in one transaction
-        db = cls.create(target, fingerprint=fp, budget=budget, filter_spec=spec,
-                        key=ledger_key)
-        try:
-            fill(db)
-        finally:
-            db.close()
+    # complete before anyone sees it: a temporary file published when filled (SQLite),
+    # or the tables and rows in one transaction (PostgreSQL)
+    ledger_class(target).create(target, fingerprint=fp, budget=budget, filter_spec=spec,
+                                key=ledger_key, fill=fill).close()
     return inspect_ledger(target, ledger_key=ledger_key)

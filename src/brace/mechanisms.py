@@ -317,7 +317,8 @@ def private_retrieve(
     method : {"brace", "global", "endpoint", "naive"}
         ``"naive"`` is **not differentially private** (warns with NotPrivateWarning).
     epsilon, delta : float
-        Target (ε, δ) for the whole released trajectory of each query (ε > 0, δ ∈ (0,1)).
+        Target (ε, δ) for the whole released trajectory of each query (ε > 0, δ ∈ (0,1));
+        both are required (None is an error: a release needs its budget).
     steps : int
         Horizon ``T ≥ 1``.
     kappa : float, default 128
@@ -422,15 +423,19 @@ def private_retrieve(
     """
     if not isinstance(memory, LSRMemory):
         raise TypeError(f"memory must be an LSRMemory; got {type(memory).__name__}.")
+    if epsilon is None or delta is None:  # public: refused before the bank is read
+        raise ValueError(
+            f"private_retrieve needs the budget: epsilon and delta must be numbers; got "
+            f"epsilon={epsilon!r}, delta={delta!r}. Without a budget use brace.certificate "
+            "or brace.plan_release (epsilon=None, delta=None) along a fixed history.")
     X, _ = memory._bank()
     q, _ = check_queries(queries, X.shape[1], name="queries")
     noise = check_noise(noise)
-    if noise == "secure" and seed is not None:
-        raise ValueError(f"seed must be None with noise='secure': {SECURE_SEED_REASON}")
     if noise == "secure" and _innovations is not None:
         raise ValueError("_innovations are standard normal draws; noise='secure' draws its "
                          "own exact discrete noise.")
-    # every choice (release mode, γ, calibration, noise), from public values only
+    # every choice (release mode, γ, calibration, noise), from public values only; a seed
+    # with noise="secure" is refused there (brace.noise.resolve_noise)
     plan = plan_release(memory, method=method, epsilon=epsilon, delta=delta, steps=steps,
                         kappa=kappa, gamma=gamma, accounting=accounting,
                         output_projection=output_projection, release=release,

@@ -236,7 +236,7 @@ class _MemoryBase:
     def _verify(self, st: _BankState) -> None:
         """Re-hash the whole bank (passes that do not read every row, such as the KD-tree
         pass and the public ``_bank()`` accessor); a no-op inside a pinned scope."""
-        if self._is_pinned(st) or _frozen(st):
+        if self._is_pinned(st):  # pinned scope or a frozen bank
             return
         if st.kind == "dask":
             verify_dask(st)

@@ -28,7 +28,10 @@ __all__ = ["PlainNoise", "SecureNoise", "make_noise", "resolve_noise"]
 
 def resolve_noise(noise: str, seeded: bool) -> tuple[str, str]:
     """``(mode, rule)``: ``"auto"`` is ``"secure"`` without a seed and ``"plain"`` with one
-    (reproducible experiments); ``"plain"`` and ``"secure"`` are as given."""
+    (reproducible experiments); ``"plain"`` and ``"secure"`` are as given, and
+    ``"secure"`` with a seed is refused (:data:`brace.secure.SECURE_SEED_REASON`)."""
+    if noise == "secure" and seeded:
+        raise ValueError(f"seed must be None with noise='secure': {_secure.SECURE_SEED_REASON}")
     if noise == "auto":
         return ("plain", "auto: plain (a seed was given: reproducible)") if seeded else \
             ("secure", "auto: secure (no seed: exact noise from the OS)")

@@ -271,7 +271,8 @@ def plan_release(
         bits can reveal the pre-noise point, ``docs/audit.md`` §9). ``"auto"``: secure
         unless ``seeded``.
     seeded : bool, default False
-        Whether the call passes a seed (``noise="auto"`` then means plain).
+        Whether the call passes a seed (``noise="auto"`` then means plain;
+        ``noise="secure"`` is then refused: :data:`brace.secure.SECURE_SEED_REASON`).
 
     Returns
     -------

@@ -45,13 +45,9 @@ from .seeding import (
     SeedingPlan,
     _tiles,
     bank_size,
+    centre_and_scale,
     parse_domain,
     private_seeds,
-    radii_edges,
-    release_radii,
-    release_voronoi_round,
-    scale_from_radii,
-    voronoi_sensitivity,
 )
 
 __all__ = [
@@ -287,14 +283,7 @@ class ProjectionPlan:
     def events(self) -> list[float]:
         """The zCDP of every release, in order: the full-space centre and radii
         releases, the second moments, then the synopsis's in the subspace."""
-        p = self.seeding
-        out = [self.rho_centre, self.rho_scale, self.rho_moments, p.rho_centre,
-               p.rho_radii]
-        for t in range(p.rounds):
-            out.append(p.rho_round)
-            if t < p.rounds - 1:
-                out.append(p.rho_radii)
-        return out
+        return [self.rho_centre, self.rho_scale, self.rho_moments, *self.seeding.events()]
 
     def at(self, k: int) -> SeedingPlan:
         """The synopsis's plan in the released dimension ``k``: the same rounds, zCDP
@@ -328,23 +317,9 @@ def private_projected_seeds(bank: Any, domain: Domain, plan: ProjectionPlan, *,
     the subspace) and the sub-synopsis's ``scale``. The caller admits ``plan.events()``
     through the filter before calling this."""
     n = bank_size(bank) if n is None else int(n)
-    d = domain.centre.shape[0]
-    releases: list[dict[str, Any]] = []
     # 1. the full-space centre release and radii release (brace.seeding, Lemmas 11, 12)
-    c0 = domain.centre[None, :]
-    noisy, sigma, unit = release_voronoi_round(bank, c0, domain.radius, plan.rho_centre,
-                                               domain, noise, rng, n)
-    releases.append({"kind": "centre", "centres": c0, "values": noisy,
-                     "rho": plan.rho_centre, "sigma": sigma, "clip": domain.radius,
-                     "unit": unit,
-                     "sensitivity": voronoi_sensitivity(domain.radius, unit, d)})
-    mu = domain.clip((domain.centre + noisy[0, :-1] / n)[None, :])[0]  # post-processing
-    edges = radii_edges(domain.radius)
-    h, sigma = release_radii(bank, mu[None, :], edges, plan.rho_scale, domain, noise, rng)
-    releases.append({"kind": "radii", "centres": mu[None, :], "values": h,
-                     "rho": plan.rho_scale, "sigma": sigma, "edges": edges,
-                     "sensitivity": math.sqrt(2.0) * (1.0 + 1e-12)})
-    s0 = min(scale_from_radii(h, edges, n), 2.0 * domain.radius)
+    mu, s0, releases = centre_and_scale(bank, domain, plan.rho_centre, plan.rho_scale,
+                                        noise, rng, n)
     clip = CLIP_FACTOR * s0
     # 2. the second-moment release (Lemma 14)
     S, info = release_moments(bank, domain, mu, clip, plan.rho_moments, noise, rng, n)

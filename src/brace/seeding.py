@@ -11,7 +11,8 @@ sensitivity does not grow with the number of cells):
    the bank is learnt for free, and a row outside the domain counts as its clipped self;
 1. the **centre release**: one Voronoi round with the single centre ``c₀`` (the domain's
    centre) and clip ``R₀`` (the domain's radius): the noisy sum of the rows' offsets,
-   hence their mean ``μ`` (``n`` is public for replace-one neighbours);
+   hence their mean ``μ``, clamped into the domain (post-processing; ``n`` is public
+   for replace-one neighbours);
 2. a **radii release** after each move: the noisy histogram of every row's distance to
    its nearest current centre on a public geometric grid of radii (L2 sensitivity
    ``√2``); its median is the private *scale* ``s``: the next round's clip, the merge
@@ -45,12 +46,16 @@ import numpy as np
 
 from ._exact import noisy_integers
 from ._validation import check_bounds
+from .gates.contract import MAX_COORD
+from .synopsis import cell_sensitivity, cell_unit, default_min_count, merge_centres, next_centres
 
 __all__ = [
     "CENTRE_SHARE",
     "RADII_SHARE",
+    "RADII_SENSITIVITY",
     "Domain",
     "SeedingPlan",
+    "centre_and_scale",
     "nearest_centres",
     "noisy_integers",
     "parse_domain",
@@ -68,6 +73,7 @@ CENTRE_SHARE = 0.05  # share of the zCDP budget spent on the centre release
 RADII_SHARE = 0.05  # share spent on the R radii releases together (the rest: the rounds)
 RADII_OCTAVES = 12  # the radii grid spans R₀·2^-12 .. R₀
 RADII_PER_OCTAVE = 4
+RADII_SENSITIVITY = math.sqrt(2.0) * (1.0 + 1e-12)  # a radii histogram's L2 sensitivity
 _TILE = 1 << 22  # entries of one (rows × centres) block
 _U = 2.0 ** -53
 
@@ -110,10 +116,18 @@ class Domain:
         return {"kind": "ball", "centre": self.centre.tolist(), "radius": self.radius}
 
 
+_MAX_DOMAIN = MAX_COORD[np.dtype(np.float64)]
+_DOMAIN_RANGE = ("the domain must lie within the bank's input range |x| <= 2^400 (about "
+                 "2.6e120) per coordinate (docs/privacy.md §8); rescale the bank.")
+
+
 def parse_domain(bounds: Any, ball: Any, dim: int) -> Domain:
     """The public domain of a snapshot without seeds: ``bounds=(lo, hi)`` (scalars or
     arrays of length ``d``, finite, ``lo < hi``) or ``ball=(centre, radius)`` (a point of
-    ``ℝ^d`` or a scalar broadcast to it, a finite radius ``> 0``) — exactly one."""
+    ``ℝ^d`` or a scalar broadcast to it, a finite radius ``> 0``) — exactly one. Every
+    point of the domain must lie within the bank's input range, ``|x| ≤ 2^400`` per
+    coordinate (``docs/privacy.md`` §8): refused here, from public values, so that no
+    step after admission can overflow (squared distances, the noise's variance)."""
     if (bounds is None) == (ball is None):
         raise ValueError("a snapshot without seeds needs its public domain: bounds=(lo, hi) "
                          "(a box) or ball=(centre, radius), exactly one of them.")
@@ -121,9 +135,8 @@ def parse_domain(bounds: Any, ball: Any, dim: int) -> Domain:
         lo, hi = check_bounds(bounds, dim)
         c = lo + 0.5 * (hi - lo)
         half = np.maximum(hi - c, c - lo)
-        if not np.all(np.isfinite(half * half)) or not np.isfinite(np.sum(half * half)):
-            raise ValueError("bounds are beyond float64's range of squared distances; "
-                             "rescale the bank.")
+        if max(float(np.abs(lo).max()), float(np.abs(hi).max())) > _MAX_DOMAIN:
+            raise ValueError(_DOMAIN_RANGE)
         R0 = float(np.sqrt(np.sum(half * half))) * (1.0 + 1e-9)
         return Domain("box", lo, hi, c, R0)
     try:
@@ -136,9 +149,8 @@ def parse_domain(bounds: Any, ball: Any, dim: int) -> Domain:
     if not (np.all(np.isfinite(c)) and math.isfinite(R) and R > 0):
         raise ValueError(f"ball must have a finite centre and a finite radius > 0; got "
                          f"{ball!r}.")
-    if not math.isfinite((float(np.abs(c).max()) + R) ** 2 * dim):
-        raise ValueError("the ball is beyond float64's range of squared distances; rescale "
-                         "the bank.")
+    if not float(np.abs(c).max()) + R <= _MAX_DOMAIN:
+        raise ValueError(_DOMAIN_RANGE)
     return Domain("ball", None, None, c, R * (1.0 + 1e-9))
 
 
@@ -218,22 +230,11 @@ def bank_size(bank: Any) -> int:
 # --------------------------------------------------------------------------- the statistics
 
 
-def voronoi_unit(clip: float, n: int, rho: float) -> float:
-    """The public grid of a Voronoi round's offsets: ``c·2^-b`` with
-    ``b = min(30, 51 − ⌈log2(n + 1)⌉, 27 + ⌊log2 sqrt(2ρ)⌋)``: a sum of ``n`` rounded
-    offsets stays below ``2^53`` units (exact in int64 and float64), and the noise's
-    σ stays below ``2^28`` units (the exact sampler's range)."""
-    b = min(30, 51 - math.ceil(math.log2(n + 1)),
-            27 + math.floor(math.log2(math.sqrt(2.0 * float(rho)))))
-    return math.ldexp(float(clip), -max(b, 1))
-
-
-def voronoi_sensitivity(clip: float, unit: float, dim: int) -> float:
-    """L2 sensitivity ``2a`` of a Voronoi round (every cell's rounded clipped offset sum
-    and ``c`` times its count, stacked), ``a = c(1 + 2e-8) + unit·sqrt(d)/2``
-    (``docs/privacy-accounting.md`` §15, Lemma 11)."""
-    a = float(clip) * (1.0 + 2e-8) + unit * math.sqrt(dim) / 2.0
-    return 2.0 * a * (1.0 + 1e-12)
+# A Voronoi round's grid and sensitivity are a cell round's (§14, Lemma 9): the same
+# rounded, clipped offset of norm at most ``c`` per row (Lemma 11), the grid capped by
+# ``ρ`` as for secure noise. One implementation, in :mod:`brace.synopsis`.
+voronoi_unit = cell_unit
+voronoi_sensitivity = cell_sensitivity
 
 
 def voronoi_stats(bank: Any, centres: np.ndarray, clip: float, unit: float,
@@ -325,7 +326,7 @@ def release_radii(bank: Any, centres: np.ndarray, edges: np.ndarray, rho: float,
     """One radii release: the noisy radii histogram (L2 sensitivity ``√2``: a replaced
     row leaves one bin and enters one) and its σ; ``ρ``-zCDP."""
     hist = radii_histogram(bank, centres, edges, domain)
-    return noisy_integers(hist, math.sqrt(2.0) * (1.0 + 1e-12), rho, noise, rng)
+    return noisy_integers(hist, RADII_SENSITIVITY, rho, noise, rng)
 
 
 def scale_from_radii(noisy: np.ndarray, edges: np.ndarray, n: int) -> float:
@@ -335,6 +336,35 @@ def scale_from_radii(noisy: np.ndarray, edges: np.ndarray, n: int) -> float:
     c = np.cumsum(np.asarray(noisy, dtype=np.float64))
     i = int(np.searchsorted(c, 0.5 * n, side="left"))
     return float(edges[min(max(i, 0), edges.size - 1)])
+
+
+def centre_and_scale(bank: Any, domain: Domain, rho_centre: float, rho_radii: float,
+                     noise: str, rng: np.random.Generator | None, n: int
+                     ) -> tuple[np.ndarray, float, list[dict[str, Any]]]:
+    """The first two releases of a snapshot without seeds (module docstring, steps 1 and
+    2; also the full-space ones of a projected snapshot, :mod:`brace.projection`):
+    ``(μ, s₀, releases)``. The **centre release** (``ρ_centre``): one Voronoi round with
+    the single centre ``c₀`` and clip ``R₀``, hence the private mean
+    ``μ = π_D(c₀ + V₀/n)``, clamped into the domain (post-processing: every later
+    centre then stays within public reach of the domain, so :func:`_check_range` can
+    only refuse before the bank is read); the first **radii release** (``ρ_radii``)
+    around ``μ`` on the grid :func:`radii_edges` ``(R₀)``, whose median, at most
+    ``2R₀`` (no two points of the domain are farther apart), is the scale ``s₀``.
+    ``releases`` holds one dict per release, as :func:`private_seeds` records them."""
+    d = domain.centre.shape[0]
+    c0 = domain.centre[None, :]
+    noisy, sigma, unit = release_voronoi_round(bank, c0, domain.radius, rho_centre, domain,
+                                               noise, rng, n)
+    releases = [{"kind": "centre", "centres": c0, "values": noisy, "rho": rho_centre,
+                 "sigma": sigma, "clip": domain.radius, "unit": unit,
+                 "sensitivity": voronoi_sensitivity(domain.radius, unit, d)}]
+    mu = domain.clip((domain.centre + noisy[0, :-1] / n)[None, :])[0]  # post-processing
+    edges = radii_edges(domain.radius)
+    h, sigma = release_radii(bank, mu[None, :], edges, rho_radii, domain, noise, rng)
+    releases.append({"kind": "radii", "centres": mu[None, :], "values": h,
+                     "rho": rho_radii, "sigma": sigma, "edges": edges,
+                     "sensitivity": RADII_SENSITIVITY})
+    return mu, min(scale_from_radii(h, edges, n), 2.0 * domain.radius), releases
 
 
 # --------------------------------------------------------------------------- the public plan
@@ -387,6 +417,17 @@ class SeedingPlan:
         return cls(float(rho), R, rho_c, rho_h, rho_r, float(m_star), k0,
                    tuple(int(t) for t in split_rounds), c_min)
 
+    def events(self) -> list[float]:
+        """The zCDP of every release of the plan, in order: the centre release, the
+        first radii release, then each round followed by its radii release (none after
+        the last round)."""
+        out = [self.rho_centre, self.rho_radii]
+        for t in range(self.rounds):
+            out.append(self.rho_round)
+            if t < self.rounds - 1:
+                out.append(self.rho_radii)
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["split_rounds"] = list(self.split_rounds)
@@ -400,8 +441,6 @@ def merge_weighted(C: np.ndarray, m: np.ndarray, merge_radius: float
                    ) -> tuple[np.ndarray, np.ndarray]:
     """Post-processing: leader clustering at ``merge_radius`` (heaviest first,
     :func:`brace.synopsis.merge_centres`); count-weighted means, counts added."""
-    from .synopsis import merge_centres
-
     labels = merge_centres(C, m, merge_radius)
     g = int(labels.max()) + 1
     w = np.maximum(m, 1e-3)
@@ -430,12 +469,13 @@ def private_seeds(bank: Any, domain: Domain, plan: SeedingPlan, *, noise: str,
     ``values``, ``rho``, ``sigma``, ``sensitivity``, ``unit``/``edges``) and
     ``trace`` (the number of centres after each round). The caller admits the plan
     through the filter before calling this."""
-    from .synopsis import default_min_count, next_centres
-
     n = bank_size(bank) if n is None else int(n)
     d = domain.centre.shape[0]
     prg = np.random.default_rng(public_seed)  # public directions only
-    releases: list[dict[str, Any]] = []
+    # 1. the centre release (μ, clamped into the domain); 2. the first scale: the median
+    # distance to μ
+    mu, scale, releases = centre_and_scale(bank, domain, plan.rho_centre, plan.rho_radii,
+                                           noise, rng, n)
 
     def voronoi(C: np.ndarray, clip: float, rho: float) -> tuple[np.ndarray, float]:
         noisy, sigma, unit = release_voronoi_round(bank, C, clip, rho, domain, noise, rng, n)
@@ -449,17 +489,10 @@ def private_seeds(bank: Any, domain: Domain, plan: SeedingPlan, *, noise: str,
         h, sigma = release_radii(bank, C, edges, plan.rho_radii, domain, noise, rng)
         releases.append({"kind": "radii", "centres": C, "values": h, "rho": plan.rho_radii,
                          "sigma": sigma, "edges": edges,
-                         "sensitivity": math.sqrt(2.0) * (1.0 + 1e-12)})
+                         "sensitivity": RADII_SENSITIVITY})
         # at most 2R₀ (public): no two points of the domain are farther apart
         return min(scale_from_radii(h, edges, n), 2.0 * domain.radius)
 
-    # 1. the centre release: one cell, the domain's centre, clip R₀; n is public
-    c0 = domain.centre[None, :]
-    noisy, _ = voronoi(c0, domain.radius, plan.rho_centre)
-    releases[-1]["kind"] = "centre"
-    mu = domain.centre + noisy[0, :-1] / n
-    # 2. the first scale: the median distance to μ
-    scale = radii(mu[None, :], None)
     C = mu + 0.5 * scale * _unit_directions(prg, plan.k0, d)
     m = np.full(plan.k0, n / plan.k0)
     trace = []

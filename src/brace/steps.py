@@ -34,7 +34,7 @@ import numpy as np
 from . import memory as _memory
 from .memory import LSRMemory, _distinct_rows
 from .plan import ReleasePlan, may_correct
-from .secure import check_grid_range, grid_unit
+from .secure import check_grid_range, grid_unit, snap
 from .sensitivity import (
     CleanTrajectoryBound,
     Numerics,
@@ -287,14 +287,10 @@ def _project_step(w: _Walk, y: np.ndarray, g: np.ndarray | None, radius: Any) ->
     the projection, the public safety clamp of :func:`safety_radius` only."""
     proj = w.plan.output_projection
     if g is not None:
-        g_d = g * math.sqrt(y.shape[1])
-        y = _project(y, w.q, radius - g_d) if proj else _clamp(y, w.q, radius - g_d)
-        return _snap(y, g)
+        inner = np.maximum(radius - g * math.sqrt(y.shape[1]), 0.0)  # ≥ 0: safety may be 0
+        y = _project(y, w.q, inner) if proj else _clamp(y, w.q, inner)
+        return snap(y, g)
     return _project(y, w.q, radius) if proj else _clamp(y, w.q, radius)
-
-
-def _snap(points: np.ndarray, g: np.ndarray) -> np.ndarray:
-    return np.rint(points / g[:, None]) * g[:, None]
 
 
 def run(memory: LSRMemory, q: np.ndarray, plan: ReleasePlan, noise: Any, *,
@@ -336,13 +332,13 @@ def run(memory: LSRMemory, q: np.ndarray, plan: ReleasePlan, noise: Any, *,
         sens, G = _bound(w, p, t, noisy)                    # 3. bound
         if w.diag["smooth_sensitivity"] is not None:
             w.diag["smooth_sensitivity"][:, t - 1] = sens
-        w.diag["noise_std"][:, t - 1] = sens * mult
         if trace is not None:
             trace.setdefault("pre_noise", []).append(pre)
             trace.setdefault("scale", []).append(sens)
             if G is not None:
                 trace.setdefault("G", []).append(num.value(G))
-        if history is not None:
+        if history is not None:  # the std the release would have drawn with
+            w.diag["noise_std"][:, t - 1] = sens * mult
             w.Y[:, t] = history[:, t]
             continue
         g = secure_grid(plan, sens)
@@ -385,7 +381,7 @@ def run_endpoint(memory: LSRMemory, q: np.ndarray, plan: ReleasePlan, noise: Any
     T, r = plan.steps, plan.radius
     clean = memory.retrieve(q, T)                                        # 1–2. z_T
     sens = endpoint_sensitivity(plan.n, r, T, q)                         # 3. bound
-    g = secure_grid(plan, sens) if noise.grid else None
+    g = secure_grid(plan, sens)
     y, std, g = noise.gaussian(1, clean[:, -1], sens, plan.noise_multiplier, g=g,
                                data_dependent=False, anchor=q)           # 4. noise
     w = _Walk(q, plan, num, qscale, True, 0, None, False)

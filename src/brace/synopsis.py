@@ -43,6 +43,7 @@ from ._validation import (
     check_steps,
 )
 from .mechanisms import SEED_WITHHELD
+from .secure import SECURE_SEED_REASON, check_noise
 
 __all__ = [
     "CELL_SHARE",
@@ -111,11 +112,10 @@ def snapshot_noise(noise: Any, seed: Any) -> str:
     """The noise of a snapshot's releases: ``"auto"`` (the default) is ``"secure"`` — the
     exact discrete Gaussian from the operating system (:mod:`brace.discrete`) — when no
     ``seed`` is given and ``"plain"`` (numpy, reproducible) when one is; ``"secure"`` with a
-    seed is refused (:data:`brace.secure.SECURE_SEED_REASON`)."""
-    from .secure import SECURE_SEED_REASON
-
-    if not isinstance(noise, str) or noise not in ("auto", "plain", "secure"):
-        raise ValueError(f"noise must be 'auto', 'plain' or 'secure'; got {noise!r}.")
+    seed is refused (:data:`brace.secure.SECURE_SEED_REASON`). An unknown mode is refused
+    as by every call (:func:`brace.secure.check_noise`: ``TypeError`` for a
+    non-string)."""
+    noise = check_noise(noise)
     if noise == "auto":
         return "secure" if seed is None else "plain"
     if noise == "secure" and seed is not None:
@@ -193,7 +193,8 @@ def cell_unit(radius: float, n: int, rho: float | None = None) -> float:
     that a sum of ``n`` rounded offsets (each at most ``2^b + 1`` units) stays below
     ``2^53`` units: exact in int64 and in float64. With ``rho`` (secure noise) also
     ``b ≤ 27 + ⌊log2 sqrt(2ρ)⌋``, so that the noise's σ stays below ``2^28`` units (the
-    exact sampler's range)."""
+    exact sampler's range). Also a Voronoi round's grid, ``clip`` for ``radius``, always
+    with ``rho`` (:data:`brace.seeding.voronoi_unit`, §15)."""
     b = min(30, 51 - math.ceil(math.log2(n + 1)))
     if rho is not None:
         b = max(1, min(b, 27 + math.floor(math.log2(math.sqrt(2.0 * float(rho))))))
@@ -203,7 +204,9 @@ def cell_unit(radius: float, n: int, rho: float | None = None) -> float:
 def cell_sensitivity(radius: float, unit: float, dim: int) -> float:
     """L2 sensitivity ``2a`` of one cell round's release (every cell's rounded offset
     sum and ``r`` times its count, stacked), ``a = r(1 + 2e-8) + unit·sqrt(d)/2`` the
-    largest norm of one row's rounded offset (``docs/privacy-accounting.md`` §14)."""
+    largest norm of one row's rounded offset (``docs/privacy-accounting.md`` §14); also
+    a Voronoi round's, ``clip`` for ``radius`` (§15, Lemma 11:
+    :data:`brace.seeding.voronoi_sensitivity`)."""
     a = float(radius) * (1.0 + 2e-8) + unit * math.sqrt(dim) / 2.0
     return 2.0 * a * (1.0 + 1e-12)
 
@@ -283,7 +286,8 @@ def next_centres(centres: np.ndarray, released: np.ndarray, radius: float,
         noise = d * (noise_std / np.maximum(m, 1.0))[:, None] ** 2
         step = step * np.maximum(0.0, 1.0 - noise / np.maximum(ss, 1e-300))
     norm = np.linalg.norm(step, axis=1, keepdims=True)
-    moved = centres[keep] + step * np.minimum(1.0, r / np.maximum(norm, 1e-300))
+    with np.errstate(over="ignore"):  # r/tiny → inf → the factor 1
+        moved = centres[keep] + step * np.minimum(1.0, r / np.maximum(norm, 1e-300))
     labels = merge_centres(moved, m, merge_radius)
     g = int(labels.max()) + 1
     w = np.maximum(m, 1e-3)  # merge weights (an unmoved cell's noisy count may be < 0)

@@ -168,6 +168,19 @@ def test_ledger_path_errors(files, capsys):
     assert "--fresh needs --ledger" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("argv", "match"), [
+    (["ledger", "show", "l.db", "--last", "-1"], "--last: must be >= 0: '-1'"),
+    (["ledger", "show", "l.db", "--last", "2.5"], "not a whole number: '2.5'"),
+    (["serve", "--workers", "0"], "--workers: must be >= 1: '0'"),
+    (["serve", "--max-body", "x"], "--max-body: not a whole number: 'x'"),
+])
+def test_counts_are_whole_numbers_with_one_clear_line(capsys, argv, match):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and match in err and len(err.strip().splitlines()) == 1
+
+
 def test_ledger_show_of_a_saved_release(files, capsys):
     tmp, X, q = files
     led = tmp / "ledger.db"

@@ -103,7 +103,7 @@ def _largest_feasible_log(g: Any, lo: float, hi: float, rtol: float = _RHO_RTOL)
     bisection takes twenty to thirty), then a step back onto the feasible side if the
     root it returns is not. Only the sign of ``g`` decides what is returned."""
     a, b = math.log(lo), math.log(hi)
-    if not b - a > rtol:
+    if not b - a > rtol or g(a) > 0.0:  # exp(log(lo)) may be an ulp off lo
         return lo
 
     def capped(t: float) -> float:  # Brent's interpolation needs finite values

@@ -133,24 +133,14 @@ def report(rc: ReportConfig = ReportConfig(), *, progress: bool = True) -> dict:
         from .synopsis import moments_row, synopsis_row, voronoi_row
 
         d = max(rc.dims)
-        if progress:
-            print(f"[audit] synopsis cell round, eps={min(rc.epsilons):g}, d={d} ...",
-                  file=sys.stderr, flush=True)
-        rows.append(synopsis_row(*banks[d], epsilon=min(rc.epsilons), delta=rc.delta,
-                                 radius=rc.radius, n_runs=rc.n_runs, alpha=rc.alpha,
-                                 seed=rc.seed))
-        if progress:
-            print(f"[audit] synopsis Voronoi round, eps={min(rc.epsilons):g}, d={d} ...",
-                  file=sys.stderr, flush=True)
-        rows.append(voronoi_row(*banks[d], epsilon=min(rc.epsilons), delta=rc.delta,
-                                radius=rc.radius, n_runs=rc.n_runs, alpha=rc.alpha,
-                                seed=rc.seed))
-        if progress:
-            print(f"[audit] synopsis second moments, eps={min(rc.epsilons):g}, d={d} ...",
-                  file=sys.stderr, flush=True)
-        rows.append(moments_row(*banks[d], epsilon=min(rc.epsilons), delta=rc.delta,
-                                radius=rc.radius, n_runs=rc.n_runs, alpha=rc.alpha,
-                                seed=rc.seed))
+        for what, row_fn in (("cell round", synopsis_row), ("Voronoi round", voronoi_row),
+                             ("second moments", moments_row)):
+            if progress:
+                print(f"[audit] synopsis {what}, eps={min(rc.epsilons):g}, d={d} ...",
+                      file=sys.stderr, flush=True)
+            rows.append(row_fn(*banks[d], epsilon=min(rc.epsilons), delta=rc.delta,
+                               radius=rc.radius, n_runs=rc.n_runs, alpha=rc.alpha,
+                               seed=rc.seed))
     private_ok = all(r["epsilon_lb"] <= r["charged_epsilon"] for r in rows
                      if r["verdict"] in ("pass", "VIOLATION"))
     caught = all(r["exceeds_claim"] for r in rows

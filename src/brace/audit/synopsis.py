@@ -198,27 +198,10 @@ def moments_row(X: np.ndarray, q: np.ndarray, *, epsilon: float, delta: float,
             out[i:i + m] = np.asarray(reps) @ w
         return out
 
-    pilot = max(1_000, n_runs // 4)
-    s0, s1 = stats(X, pilot, 1), stats(Xp, pilot, 2)
-    grid = np.quantile(np.concatenate([s0, s1]), np.linspace(0.02, 0.98, 49))
-    best = certify_thresholds(s0, s1, grid, delta=delta, alpha=alpha, n_bounds=2)
-    tau = float(grid[int(np.argmax(best["epsilon_lb"]))])
-    f0, f1 = stats(X, n_runs, 3), stats(Xp, n_runs, 4)
-    cert = certify_thresholds(f0, f1, [tau], delta=delta, alpha=alpha, n_bounds=2)
-    eps_lb = float(cert["epsilon_lb"][0])
-    cap = max_certifiable_epsilon(n_runs, alpha, 2, delta)
-    return {
-        "label": "synopsis second moments (private subspace)",
-        "config": {"pair": "moments", "epsilon": epsilon, "rho": rho, "radius": radius},
-        "claimed_epsilon": claim, "charged_epsilon": claim, "delta": delta,
-        "epsilon_lb": eps_lb, "exceeds_claim": eps_lb > claim,
-        "verdict": "VIOLATION" if eps_lb > claim else "pass",
-        "max_certifiable_epsilon": cap, "underpowered": False, "runs_needed": None,
-        "pair": {"kind": "turned", "centre": [float(v) for v in c],
-                 "gate_q": [n, n], "row": row, "old": X[row].tolist(),
-                 "new": Xp[row].tolist()},
-        "n_runs_per_side": int(n_runs), "n_pilot_per_side": int(pilot),
-        "threshold": tau, "sigma": info["sigma"], "alpha": alpha,
-        "d": int(d), "n": int(n), "steps": 1,
-        "wall_time_s": time.perf_counter() - t0,
-    }
+    return _certified_row(
+        stats, X, Xp, n_runs=n_runs, alpha=alpha, delta=delta, claim=claim, t0=t0,
+        label="synopsis second moments (private subspace)",
+        config={"pair": "moments", "epsilon": epsilon, "rho": rho, "radius": radius},
+        pair={"kind": "turned", "centre": [float(v) for v in c], "gate_q": [n, n],
+              "row": row, "old": X[row].tolist(), "new": Xp[row].tolist()},
+        sigma=info["sigma"])

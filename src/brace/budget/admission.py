@@ -147,6 +147,11 @@ class Admission:
         return (fp.centres, fp.radii,
                 np.broadcast_to(weights(plan.spent.step_event), (len(fp), K + 1)))
 
+    def _after_admission(self, fn: Any, /, *args: Any, **kw: Any) -> Any:
+        """``fn(*args, **kw)``: a part of an admitted call that reads the bank (a hook:
+        :class:`brace.serve.ServedMemory` hides what an error there says)."""
+        return fn(*args, **kw)
+
 
 
 def _call_key(q: np.ndarray, T: int, eps: float, dlt: float, method: str, plan: Any,
@@ -228,8 +233,8 @@ def _largest_fitting(usage: Any, lo: float, hi: float, rel: float = 1e-5,
         a, b = (near, far) if up else (far, near)
     if g(a) > 0.0:
         return 0.0
-    if g(b) <= 0.0:  # only b = log(hi) can be admitted here
-        return hi
+    if g(b) <= 0.0:  # only b = log(hi) can be admitted here: the value it priced
+        return math.exp(b)
     if b - a <= 2.0 * xtol:
         return math.exp(a)
     t = brentq(g, a, b, xtol=xtol, rtol=1e-12, maxiter=200)

@@ -27,18 +27,6 @@ from ..synopsis import Synopsis
 from .admission import BudgetExceededError, _largest_fitting
 
 
-def plan_events(plan: SeedingPlan) -> list[float]:
-    """The zCDP of every release of ``plan``, in order: the centre release, then the
-    first radii release, then each round followed by its radii release (none after the
-    last round)."""
-    out = [plan.rho_centre, plan.rho_radii]
-    for t in range(plan.rounds):
-        out.append(plan.rho_round)
-        if t < plan.rounds - 1:
-            out.append(plan.rho_radii)
-    return out
-
-
 def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | None,
                            rng: np.random.Generator | None, noise: str,
                            seed_record: Any, rounds: int | None, public_seed: int,
@@ -46,7 +34,7 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
                            c_min: float | None = None, k_cap: int = 64,
                            project: Any = None) -> Synopsis:
     """The body of :meth:`PrivateMemory.snapshot` without seeds (the caller validated
-    ``noise`` and the generator; ``pm`` is locked here)."""
+    ``noise``, the generator and ``min_count``; ``pm`` is locked here)."""
     d = pm._dim
     domain = parse_domain(bounds, ball, d)
     project = check_project(project, d)
@@ -55,12 +43,9 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
             or public_seed < 0:
         raise ValueError(f"public_seed must be an int >= 0; got {public_seed!r}.")
     mr = None if merge_radius is None else check_epsilon(merge_radius, "merge_radius")
-    mc = None if min_count is None else float(min_count)
-    if mc is not None and not math.isfinite(mc):
-        raise ValueError(f"min_count must be finite; got {min_count!r}.")
     n, b_delta = pm._fingerprint["shape"][0], pm._budget[1]
     c0 = domain.centre
-    ctx = pm._db.transaction() if pm._db is not None else contextlib.nullcontext()
+    ctx = pm._ledger_call() if pm._db is not None else contextlib.nullcontext()
     with pm._locked(), ctx:
         if pm._db is not None:
             pm._check_binding(pm._db.meta)
@@ -77,12 +62,9 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
                 return SeedingPlan.make(rho, n, d, R, c_min=c_min, k_cap=k_cap)
             return ProjectionPlan.make(rho, n, d, project, R, c_min=c_min, k_cap=k_cap)
 
-        def events(plan: Any) -> list[float]:
-            return plan_events(plan) if project is None else plan.events()
-
         def reserved(rho: float) -> tuple:
             plan = make(rho)
-            w = np.stack([weights(acc_events.GaussianStep(x)) for x in events(plan)])
+            w = np.stack([weights(acc_events.GaussianStep(x)) for x in plan.events()])
             # every release reads every row (clipped into the domain): the whole space
             return (np.repeat(c0[None], w.shape[0], 0), np.full(w.shape[0], math.inf), w)
 
@@ -101,8 +83,9 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
                 remaining=pm.remaining, requested_total=math.inf)
         plan = make(rho)
         run = private_seeds if project is None else private_projected_seeds
-        out = run(pm._memory, domain, plan, noise=noise, rng=rng,
-                  public_seed=int(public_seed), merge_radius=mr, min_count=mc, n=n)
+        out = pm._after_admission(run, pm._memory, domain, plan, noise=noise, rng=rng,
+                                  public_seed=int(public_seed), merge_radius=mr,
+                                  min_count=min_count, n=n)
         key = hashlib.sha256(json.dumps({"domain": domain.to_dict(), "plan": plan.to_dict(),
                                          "public_seed": int(public_seed)},
                                         sort_keys=True).encode()).hexdigest()
@@ -146,7 +129,7 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
         pm._absorb([row[:4] for row in rows])
         if pm._db is not None:
             pm._last_id, pm._last_mac = got.id, pm._db.meta["head"]["mac"]
-        total_w = sum(weights(acc_events.GaussianStep(x)) for x in events(plan))
+        total_w = sum(weights(acc_events.GaussianStep(x)) for x in plan.events())
         cost = convert(total_w, b_delta)
     counts = np.maximum(np.rint(out["counts"]), 0).astype(np.int64)
     sp = plan if project is None else plan.at(out["projection"]["k"])

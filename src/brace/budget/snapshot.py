@@ -152,6 +152,8 @@ class Snapshots:
             if k not in ("release", "kappa", "gamma"):
                 raise TypeError(f"snapshot does not take {k}=.")
         mode = snapshot_noise(noise, seed)
+        if min_count is not None:  # a NaN threshold would drop every cell but the largest
+            min_count = check_nonnegative("min_count", min_count)
         if seeds is None:
             for name, val, default in (("steps", steps, 0), ("cell_radius", cell_radius, None),
                                        ("keep_seeds", keep_seeds, False), ("method", method,
@@ -182,8 +184,6 @@ class Snapshots:
             else check_steps(steps)
         R = check_int_at_least("rounds", 2 if rounds is None else rounds, 1)
         check_bool("keep_seeds", keep_seeds)
-        if min_count is not None:  # a NaN threshold would drop every cell but the largest
-            min_count = check_nonnegative("min_count", min_count)
         S = public_seeds(seeds, self._dim, self.radius, bounds=bounds,
                          public_seed=public_seed)
         share = float(cell_share)
@@ -195,8 +195,6 @@ class Snapshots:
                                                                     "merge_radius")
         r, n, b_delta = self.radius, self._fingerprint["shape"][0], self._budget[1]
         rc = r if cell_radius is None else check_epsilon(cell_radius, "cell_radius")
-        unit = cell_unit(rc, n)
-        sens = cell_sensitivity(rc, unit, self._dim)
         rng, seed_record = rng_and_record(seed)  # a seed is recorded only if passed
         ctx = self._ledger_call() if self._db is not None else contextlib.nullcontext()
         with self._locked(), ctx:
@@ -258,11 +256,11 @@ class Snapshots:
                     remaining=self.remaining, requested_total=math.inf)
             if T:
                 plan = plans[eps_q]
-                res = run_plan(self._memory, S, plan,
-                               seed=None if plan.noise == "secure" else rng)
+                res = self._after_admission(run_plan, self._memory, S, plan,
+                                            seed=None if plan.noise == "secure" else rng)
                 Y = res.outputs[:, -1]
                 key = _call_key(S, T, eps_q, dlt, method, plan, kw)
-                fp = footprints(plan, S, res.outputs)
+                fp = self._after_admission(footprints, plan, S, res.outputs)
                 rows = [(self._record(method, S, T, eps_q, dlt, plan, res), key,
                          fp.centres, fp.radii, res.outputs,
                          getattr(res, "released_counts", None))]
@@ -272,21 +270,22 @@ class Snapshots:
                 key = hashlib.sha256(np.ascontiguousarray(S).tobytes()).hexdigest()
             # round 1's centres: the endpoints and the (public) seeds, merged at the
             # merge radius (leader clustering, densest first): post-processing
-            centres = first_centres(np.concatenate([Y, S]), mr)
-            if mode == "secure":  # a grid capped so that σ fits the exact sampler
-                unit = cell_unit(rc, n, rho_cell)
-                sens = cell_sensitivity(rc, unit, self._dim)
-            sigma = sens / math.sqrt(2.0 * rho_cell)
+            centres = self._after_admission(first_centres, np.concatenate([Y, S]), mr)
+            # the rounds' grid (secure: capped so that σ fits the exact sampler, as in
+            # release_cell_round) and sensitivity, for the record
+            unit = cell_unit(rc, n, rho_cell if mode == "secure" else None)
+            sens = cell_sensitivity(rc, unit, self._dim)
             groups = centres.shape[0]
             released = []
             for _ in range(R):  # each round: one Gaussian release over disjoint cells
-                noisy, sigma = release_cell_round(self._memory, centres, rc, rho_cell,
-                                                  rng, noise=mode)
+                noisy, sigma = self._after_admission(release_cell_round, self._memory,
+                                                     centres, rc, rho_cell, rng, noise=mode)
                 released.append((centres, noisy))
                 thr = (default_min_count(sigma / rc, centres.shape[0]) if min_count is None
                        else float(min_count))
-                centres, counts = next_centres(centres, noisy, rc, mr, thr, sigma,
-                                               keep_unmoved=bool(keep_seeds))
+                centres, counts = self._after_admission(next_centres, centres, noisy, rc, mr,
+                                                        thr, sigma,
+                                                        keep_unmoved=bool(keep_seeds))
             for i, (c, v) in enumerate(released):
                 rows.append(({
                     # outputs (k, 2, d): each cell's centre and noisy offset sum

@@ -61,16 +61,17 @@ class LedgerSync:
 
     @contextlib.contextmanager
     def _ledger_call(self) -> Iterator[None]:
-        """The ledger's transaction. If it fails after the in-memory state took in this
-        call's release (a failed ``COMMIT``: disk full, a lost database connection), that
-        state is forgotten and re-read from the ledger on the next call, so that nothing
-        uncommitted is ever counted as recorded or answered as a repeat."""
-        n = len(self._rows)
+        """The ledger's transaction. If it fails after this call appended a release (a
+        failed ``COMMIT``: disk full, a lost database connection), the in-memory state —
+        which took the release in — is forgotten and re-read from the ledger on the next
+        call, so that nothing uncommitted is ever counted as recorded or answered as a
+        repeat. A call refused before appending keeps it (the rows it read from other
+        processes are committed)."""
         try:
             with self._db.transaction():
                 yield
         except BaseException:
-            if len(self._rows) != n:
+            if self._db.appended:
                 self._forget()
             raise
 
@@ -82,14 +83,8 @@ class LedgerSync:
         self._worst_cache = None
 
     def _sync(self) -> None:
-        """Read the releases other processes recorded since the last look. After a
-        transaction of this object was rolled back (its rows were absorbed before the
-        commit failed), everything is read afresh."""
-        if self._db.rolled_back:
-            self._db.rolled_back = False
-            self._index = FootprintIndex(self._dim)
-            self._rows, self._keys, self._worst_cache = [], {}, None
-            self._last_id, self._last_mac = 0, ""
+        """Read the releases other processes recorded since the last look (everything,
+        after :meth:`_forget`)."""
         rows = self._db.read_since(self._last_id, self._last_mac)
         if not rows:
             return

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +25,7 @@ __all__ = [
     "DEFAULT_DELTA",
     "HelpFormatter",
     "finite_float",
+    "int_at_least",
     "gamma_arg",
     "GAMMA_HELP",
     "parse_vector",
@@ -68,6 +69,23 @@ def finite_float(text: str) -> float:
     if math.isnan(v):
         raise argparse.ArgumentTypeError(f"NaN is not allowed: {text!r}")
     return v
+
+
+def int_at_least(lo: int) -> Callable[[str], int]:
+    """The argument type of a whole number ``>= lo`` (e.g. ``int_at_least(1)`` for a
+    count of workers)."""
+
+    def whole(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"must be >= {lo}: {text!r}")
+        return v
+
+    whole.__name__ = f"int >= {lo}"
+    return whole
 
 
 def gamma_arg(text: str) -> float | str | None:

@@ -7,20 +7,9 @@ from __future__ import annotations
 
 import argparse
 
-from ._args import finite_float
+from ._args import finite_float, int_at_least
 
 __all__ = ["add_parser", "run_init", "run_show", "run_migrate", "run_copy"]
-
-
-def _count(text: str) -> int:
-    """A whole number >= 0 (``--last``)."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0: {text!r}")
-    return v
 
 
 def add_parser(sub) -> None:
@@ -53,7 +42,7 @@ def add_parser(sub) -> None:
     show.add_argument("--ledger", default=None,
                       help="with a saved release: the ledger to compare it with (read "
                       "only; default: none)")
-    show.add_argument("--last", type=_count, default=20,
+    show.add_argument("--last", type=int_at_least(0), default=20,
                       help="releases listed (most recent; 0: none)")
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(func=run_show)

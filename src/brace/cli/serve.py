@@ -7,19 +7,10 @@ import ipaddress
 import os
 import sys
 
-from ._args import finite_float
+from ..ledger_url import is_server_url
+from ._args import finite_float, int_at_least
 
 __all__ = ["add_parser", "run"]
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer; got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1; got {v}")
-    return v
 
 
 def add_parser(sub) -> None:
@@ -50,13 +41,13 @@ def add_parser(sub) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on; put a TLS proxy in front of anything but "
                    "the loopback")
-    p.add_argument("--workers", type=_positive_int, default=1,
+    p.add_argument("--workers", type=int_at_least(1), default=1,
                    help="server processes (one ledger, one budget)")
-    p.add_argument("--max-body", type=_positive_int, default=1 << 20,
+    p.add_argument("--max-body", type=int_at_least(1), default=1 << 20,
                    help="largest request body, bytes (413 beyond)")
-    p.add_argument("--max-queries", type=_positive_int, default=256,
+    p.add_argument("--max-queries", type=int_at_least(1), default=256,
                    help="most queries in one request")
-    p.add_argument("--max-steps", type=_positive_int, default=64,
+    p.add_argument("--max-steps", type=int_at_least(1), default=64,
                    help="most retrieval steps in one request")
     p.add_argument("--lock-timeout", type=finite_float, default=60.0,
                    help="seconds a call waits for the ledger's lock before a 503")
@@ -100,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
                          "'.[serve]'.") from None
     config = ServeConfig(
         bank=os.path.abspath(args.bank), radius=float(args.radius),
-        ledger=args.ledger if "://" in args.ledger else os.path.abspath(args.ledger),
+        ledger=args.ledger if is_server_url(args.ledger) else os.path.abspath(args.ledger),
         keys=os.path.abspath(args.keys),
         limits=Limits(args.max_body, args.max_queries, args.max_steps),
         lock_timeout=float(args.lock_timeout), accounting=args.accounting,

@@ -483,7 +483,8 @@ def _per_query(cfg, prep, pub: _Public, qs: _Queries, Q, eps_total, method, rep,
         pm = PrivateMemory(mem, budget=budget, accounting=acct)
         if acct == "global" and eps_global is not None:
             eps_q = eps_global  # a fresh global budget prices Q queries wherever they are
-        elif acct == "global" and pub.setting != "split":  # the global price, directly
+        elif acct == "global" and rel == "brace" and pub.setting != "split":
+            # the global price of a brace release, directly (recommend prices "brace")
             eps_q = float(pm.recommend(Q, steps=pub.steps).per_query_epsilon) * (1 - 2e-3)
             eps_global = eps_q
         else:

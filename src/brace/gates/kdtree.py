@@ -141,9 +141,11 @@ def kdtree_gate_pass(
             # the dense and torch passes' sums
             from scipy.sparse import csr_array
 
+            # one stable sort by tile: each tile's pairs stay in (centre, row) order
             tile = idx // _ROW_BLOCK
-            for b in np.unique(tile):
-                sel = np.flatnonzero(tile == b)
+            order = np.argsort(tile, kind="stable")
+            cuts = np.flatnonzero(np.diff(tile[order])) + 1
+            for sel in np.split(order, cuts):
                 o, j = owner[sel], idx[sel]
                 cols, pos = np.unique(j, return_inverse=True)
                 ptr = np.zeros(m + 1, dtype=np.int64)

@@ -41,6 +41,7 @@ fingerprint read the bank in row blocks; the fingerprint hashes each block on th
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Any
 
 import numpy as np
@@ -104,9 +105,11 @@ def validate_torch(bank: Any) -> _BankState:
     sq = torch.empty(n, dtype=torch.float64, device=X.device)
     bad = torch.zeros((), dtype=torch.int64, device=X.device)
     step = row_block(d, dt.itemsize)
+    lim = MAX_COORD[dt]  # as contract.count_out_of_range, on the device
     for b0 in range(0, n, step):
         Xb = X[b0 : b0 + step]
-        bad += (~(torch.isfinite(Xb) & (Xb.abs() <= MAX_COORD[dt]))).sum()
+        ok = torch.isfinite(Xb) if math.isinf(lim) else Xb.abs() <= lim  # NaN: not ok
+        bad += (~ok).sum()
         h.update(host_array(Xb))
         X64 = Xb.to(torch.float64)
         sq[b0 : b0 + Xb.shape[0]] = (X64 * X64).sum(dim=1)

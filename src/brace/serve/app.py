@@ -45,6 +45,7 @@ from .requests import (
 from .service import (
     CONFIG_ENV,
     NoSynopsis,
+    NotPublished,
     ReleaseFailed,
     ServeConfig,
     Service,
@@ -62,19 +63,11 @@ def _error(status: int, kind: str, message: str, headers: dict[str, str] | None 
                         headers=headers)
 
 
-class _Denied(Exception):
-    def __init__(self, status: int, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.kind = status, kind
-
-
 def _response_for(exc: BaseException, route: str) -> JSONResponse:
     """The response for an exception; what is not the caller's to know is logged."""
-    if isinstance(exc, _Denied):
+    if isinstance(exc, RequestError):
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         return _error(exc.status, exc.kind, str(exc), headers)
-    if isinstance(exc, RequestError):
-        return _error(exc.status, exc.kind, str(exc))
     if isinstance(exc, BudgetExceededError):
         return _error(409, "budget_exceeded", str(exc), spent=exc.spent,
                       remaining=exc.remaining, reason=exc.reason,
@@ -83,6 +76,13 @@ def _response_for(exc: BaseException, route: str) -> JSONResponse:
         return _error(409, "snapshot_exists", str(exc))
     if isinstance(exc, NoSynopsis):
         return _error(404, "no_synopsis", str(exc))
+    if isinstance(exc, NotPublished):
+        ref = uuid.uuid4().hex[:12]
+        log.error("%s [%s]: %s", route, ref, exc, exc_info=exc.__cause__ or exc)
+        return _error(503, "not_published", "the synopsis was released and charged to the "
+                      "budget (its rounds are in the ledger) but could not be published "
+                      f"(reference {ref} in the server's log). POST /v1/snapshot with "
+                      "\"again\": true releases another, paid again.")
     if isinstance(exc, LedgerLockTimeout):
         log.warning("%s: %s", route, exc)
         return _error(503, "ledger_busy", "the ledger stayed locked by other calls past the "
@@ -100,10 +100,11 @@ def _response_for(exc: BaseException, route: str) -> JSONResponse:
     if isinstance(exc, ValueError | TypeError) and not isinstance(exc, ReleaseFailed):
         return _error(422, "invalid_request", str(exc))
     ref = uuid.uuid4().hex[:12]
-    cause = exc.__cause__ if isinstance(exc, ReleaseFailed) and exc.__cause__ else exc
+    failed = isinstance(exc, ReleaseFailed)  # admitted, then failed before any record
+    cause = exc.__cause__ if failed and exc.__cause__ else exc
     log.error("%s [%s]: internal error", route, ref, exc_info=cause)
-    return _error(500, "internal", f"internal error (reference {ref} in the server's log); "
-                  "nothing was released or spent.")
+    return _error(500, "internal", f"internal error (reference {ref} in the server's log)"
+                  + ("; nothing was released or spent." if failed else "."))
 
 
 def create_app(config: ServeConfig, service: Service | None = None) -> Starlette:
@@ -122,7 +123,6 @@ def create_app(config: ServeConfig, service: Service | None = None) -> Starlette
             for w in svc.key_warnings:
                 log.warning("%s", w)
             log.info("brace serve (pid %d): %s", os.getpid(), svc.describe())
-        state["limiter"] = anyio.CapacityLimiter(1)
         try:
             yield
         finally:
@@ -133,23 +133,23 @@ def create_app(config: ServeConfig, service: Service | None = None) -> Starlette
         return state["service"]
 
     async def in_ledger_thread(fn: Callable[..., Any], *args: Any) -> Any:
-        if "limiter" not in state:  # an app used without its lifespan
+        if "limiter" not in state:  # made once, at the first call, in the event loop
             state["limiter"] = anyio.CapacityLimiter(1)
         return await anyio.to_thread.run_sync(fn, *args, limiter=state["limiter"])
 
     def authorise(request: Request, admin: bool = False) -> ApiKey:
         header = request.headers.get("authorization")
         if header is None:
-            raise _Denied(401, "unauthorized", "this route needs a key: send the header "
-                          "'Authorization: Bearer <token>'.")
+            raise RequestError(401, "unauthorized", "this route needs a key: send the "
+                               "header 'Authorization: Bearer <token>'.")
         scheme, _, token = header.partition(" ")
         key = svc().keys.identify(token.strip()) if scheme.lower() == "bearer" else None
         if key is None:
-            raise _Denied(401, "unauthorized", "the bearer token is not a key of this "
-                          "server.")
+            raise RequestError(401, "unauthorized", "the bearer token is not a key of this "
+                               "server.")
         if admin and not key.is_admin:
-            raise _Denied(403, "forbidden", f"key {key.name!r} is an analyst's; this route "
-                          "needs an admin key.")
+            raise RequestError(403, "forbidden", f"key {key.name!r} is an analyst's; this "
+                               "route needs an admin key.")
         request.state.key = key.name
         return key
 

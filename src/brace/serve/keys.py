@@ -1,13 +1,15 @@
 """API keys of ``brace serve``: a file of lines ``name:token:role`` (role ``analyst`` or
 ``admin``; ``#`` comments and blank lines ignored).
 
-A token may be written in the clear (at least 20 characters) or as its SHA-256,
-``name:sha256=<64 hex digits>:role`` (``brace serve --hash-token`` prints it), so that
-the file need not hold a usable token. Only the SHA-256 of each token is kept in memory,
-and a presented token is compared, by its SHA-256, with every key in constant time
-(:func:`hmac.compare_digest`, no early exit): the time taken does not say which key, or
-how much of one, matched. Tokens must be random (``secrets.token_urlsafe(32)``): a
-SHA-256 protects a high-entropy token, not a password.
+A token may be written in the clear (at least 20 printable ASCII characters, no spaces:
+HTTP headers are read as latin-1, so nothing else could match) or as its SHA-256,
+``name:sha256=<64 hex digits>:role`` (``brace serve --hash-token`` prints it; either
+case), so that the file need not hold a usable token; a ``sha256=`` that is not followed
+by 64 hex digits is refused, never taken for a token in the clear. Only the SHA-256 of
+each token is kept in memory, and a presented token is compared, by its SHA-256, with
+every key in constant time (:func:`hmac.compare_digest`, no early exit): the time taken
+does not say which key, or how much of one, matched. Tokens must be random
+(``secrets.token_urlsafe(32)``): a SHA-256 protects a high-entropy token, not a password.
 """
 
 from __future__ import annotations
@@ -25,12 +27,24 @@ __all__ = ["ROLES", "MIN_TOKEN", "ApiKey", "KeyRing", "load_keys", "hash_token"]
 ROLES = ("analyst", "admin")
 MIN_TOKEN = 20
 _NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
-_HASHED = re.compile(r"^sha256=([0-9a-f]{64})$")
+_HASHED = re.compile(r"sha256=([0-9a-f]{64})", re.IGNORECASE)
+#: what a token may hold: printable ASCII without spaces (HTTP headers are read as
+#: latin-1, so a token with anything else could never match)
+_TOKEN_CHARS = re.compile(r"[\x21-\x7e]+")
+
+
+def _digest(token: str) -> bytes:
+    """The SHA-256 of ``token`` (UTF-8; a lone surrogate encoded, never an error)."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
 
 
 def hash_token(token: str) -> str:
-    """The form of ``token`` to write in a keys file: ``sha256=<hex>``."""
-    return "sha256=" + hashlib.sha256(token.encode("utf-8")).hexdigest()
+    """The form of ``token`` to write in a keys file: ``sha256=<hex>``. A token that
+    is not printable ASCII without spaces is refused (:class:`ValueError`): a bearer
+    header holding it could never match."""
+    if not _TOKEN_CHARS.fullmatch(token):
+        raise ValueError("a token must be printable ASCII without spaces.")
+    return "sha256=" + _digest(token).hex()
 
 
 @dataclass(frozen=True)
@@ -69,7 +83,7 @@ class KeyRing:
         constant time."""
         if not token:
             return None
-        digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+        digest = _digest(token)
         found = None
         for key in self._keys:
             if hmac.compare_digest(digest, key.digest) and found is None:
@@ -107,16 +121,23 @@ def load_keys(path: str | os.PathLike) -> tuple[KeyRing, list[str]]:
                              f"{name!r}.")
         if role not in ROLES:
             raise ValueError(f"{where}: the role must be one of {ROLES}; got {role!r}.")
-        hashed = _HASHED.match(token)
+        hashed = _HASHED.fullmatch(token)
         if hashed:
-            digest = bytes.fromhex(hashed.group(1))
+            digest = bytes.fromhex(hashed.group(1).lower())
+        elif token[:7].lower() == "sha256=":  # never taken for a token in the clear
+            rest = token[7:]
+            raise ValueError(
+                f"{where}: sha256= must be followed by 64 hexadecimal digits (brace serve "
+                f"--hash-token prints the whole form); got {len(rest)} character(s)"
+                + ("" if re.fullmatch(r"[0-9a-fA-F]*", rest) else ", not all hexadecimal")
+                + ".")
         else:
-            if len(token) < MIN_TOKEN or any(c.isspace() for c in token):
+            if len(token) < MIN_TOKEN or not _TOKEN_CHARS.fullmatch(token):
                 raise ValueError(
-                    f"{where}: the token must be at least {MIN_TOKEN} characters without "
-                    "spaces (make one with: python -c 'import secrets; "
+                    f"{where}: the token must be at least {MIN_TOKEN} printable ASCII "
+                    "characters without spaces (make one with: python -c 'import secrets; "
                     "print(secrets.token_urlsafe(32))'), or sha256=<hex>.")
-            digest = hashlib.sha256(token.encode("utf-8")).digest()
+            digest = _digest(token)
         if name in names:
             raise ValueError(f"{where}: the name {name!r} is used twice.")
         if digest in digests:

@@ -99,6 +99,10 @@ def openapi_document(limits: Limits = Limits()) -> dict[str, Any]:  # noqa: B008
             "release": {"type": "string"},
             "cell_radius": {"type": "number"}, "merge_radius": {"type": "number"},
             "min_count": {"type": "number"}, "keep_seeds": {"type": "boolean"},
+            "project": {"anyOf": [{"type": "integer", "minimum": 1}, {"const": "auto"},
+                                  {"type": "null"}],
+                        "description": "without seeds: first a private top-k subspace, "
+                        "k an integer (1 <= k < d) or 'auto'"},
             "again": {"type": "boolean", "default": False,
                       "description": "release another synopsis although one was "
                       "released (paid again)"},
@@ -142,7 +146,11 @@ def openapi_document(limits: Limits = Limits()) -> dict[str, Any]:  # noqa: B008
                 "responses": {"200": _ok("the synopsis, published", synopsis),
                               "403": _error("an analyst key on an admin route"),
                               "409": _error("the budget refuses it, or a synopsis was "
-                                            "already released"), **common}}},
+                                            "already released"), **common,
+                              "503": _error("the ledger is unavailable or busy: nothing "
+                                            "was released; retry (Retry-After). Or "
+                                            "not_published: the synopsis was released and "
+                                            "charged but could not be published")}}},
             "/v1/synopsis": {"get": {
                 "summary": "the published synopsis (free)", "security": auth,
                 "responses": {"200": _ok("the synopsis", synopsis),

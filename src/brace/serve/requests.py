@@ -259,8 +259,11 @@ class CompleteRequest:
     steps: int | None = None
 
 
+COMPLETE_FIELDS = (("queries",), ("how", "steps"))
+
+
 def complete_request(obj: Any, limits: Limits) -> CompleteRequest:
-    body = _fields(obj, ("queries",), ("how", "steps"))
+    body = _fields(obj, *COMPLETE_FIELDS)
     return CompleteRequest(_points(body["queries"], "queries", limits.max_queries),
                            _string(body, "how", ("nearest", "lsr")) or "nearest",
                            _integer(body, "steps", 1, limits.max_steps, optional=True))

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .._io import atomic_write_text, load_npy
+from .._io import atomic_write_text, load_npy, strict_json
 from ..budget import BudgetExceededError, PrivateMemory
 from ..ledger import CELLS_METHOD, LedgerError
 from ..ledger_backend import LedgerUnavailable, is_server_url, ledger_class, redact_url
@@ -34,7 +34,7 @@ from .keys import KeyRing, load_keys
 from .requests import CompleteRequest, Limits, RetrieveRequest, SnapshotRequest
 
 __all__ = ["ServeConfig", "Service", "ServedMemory", "ReleaseFailed", "SnapshotExists",
-           "NoSynopsis", "load_bank", "public_params"]
+           "NotPublished", "NoSynopsis", "load_bank", "public_params"]
 
 CONFIG_ENV = "BRACE_SERVE_CONFIG"
 log = logging.getLogger("brace.serve")
@@ -72,6 +72,11 @@ class SnapshotExists(RuntimeError):
     """A synopsis was already released from this ledger."""
 
 
+class NotPublished(RuntimeError):
+    """A synopsis was released and charged (its rounds are in the ledger) but could not
+    be published; the reason is logged, not returned."""
+
+
 class NoSynopsis(LookupError):
     """No synopsis has been published."""
 
@@ -79,7 +84,8 @@ class NoSynopsis(LookupError):
 class ServedMemory(PrivateMemory):
     """:class:`PrivateMemory` as the server uses it: it tells whether a call was a free
     repeat (and of which release), refuses a second snapshot inside the ledger's
-    transaction, and hides the cause of an error after admission."""
+    transaction, and hides the cause of an error after admission (of a retrieval, or of
+    a snapshot's releases: :meth:`_after_admission`)."""
 
     _served_repeat: int | None = None
     _snapshot_once: bool = False
@@ -88,14 +94,21 @@ class ServedMemory(PrivateMemory):
         self._served_repeat = pos + 1
         return super()._repeat(pos, q)
 
-    def _admit_and_run(self, *args: Any, **kw: Any) -> Any:
+    @staticmethod
+    def _hiding(fn: Any, /, *args: Any, **kw: Any) -> Any:
         try:
-            return super()._admit_and_run(*args, **kw)
+            return fn(*args, **kw)
         except (BudgetExceededError, LedgerError):
             raise
         except Exception as exc:
             raise ReleaseFailed("the release failed after it was admitted; nothing was "
                                 "released or spent.") from exc
+
+    def _admit_and_run(self, *args: Any, **kw: Any) -> Any:  # a retrieval
+        return self._hiding(super()._admit_and_run, *args, **kw)
+
+    def _after_admission(self, fn: Any, /, *args: Any, **kw: Any) -> Any:  # a snapshot
+        return self._hiding(super()._after_admission, fn, *args, **kw)
 
     def _sync(self) -> None:
         super()._sync()
@@ -294,16 +307,19 @@ class Service:
 
     def snapshot(self, req: SnapshotRequest) -> dict[str, Any]:
         """Release a synopsis (once, unless ``again``), charged to the budget, and
-        publish it."""
+        publish it (:class:`NotPublished` if that fails: it was released all the same)."""
         pm = self.pm
         with pm._locked():
             pm._snapshot_once = not req.again
             try:
-                syn = pm.snapshot(**req.kwargs)
+                syn = pm.snapshot(**req.kwargs, noise="secure")
             finally:
                 pm._snapshot_once = False
-        body = self._public_synopsis(syn)
-        self.store.put(json.dumps(body, allow_nan=False))
+        try:  # recorded and charged: from here on, a failure must not say otherwise
+            body = strict_json(self._public_synopsis(syn))  # NaN/inf: null and a reason
+            self.store.put(json.dumps(body, allow_nan=False))
+        except Exception as exc:
+            raise NotPublished("the synopsis was released but not published.") from exc
         return body
 
     @staticmethod
