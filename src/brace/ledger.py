@@ -58,7 +58,6 @@ __all__ = [
     "LedgerLockTimeout",
     "Ledger",
     "ReleaseRow",
-    "open_ledger",
     "backup_ledger",
     "bank_fingerprint",
     "event_to_dict",
@@ -1005,17 +1004,8 @@ def _holder(path: Path) -> str:
 
 
 # --------------------------------------------------------------------------------------
-# Opening by location; backups
+# Backups (SQLite files; either backend: brace.ledger_copy)
 # --------------------------------------------------------------------------------------
-
-
-def open_ledger(location: str | os.PathLike, *, key: bytes | str | None = None,
-                timeout: float = 10.0, write: bool = True) -> Ledger:
-    """Open the ledger at ``location`` (:meth:`Ledger.open`): the one entry point by
-    which commands open a ledger they were given."""
-    from .ledger_backend import ledger_class  # a file, or a postgresql:// URL
-
-    return ledger_class(location).open(location, key=key, timeout=timeout, write=write)
 
 
 def backup_ledger(source: str | os.PathLike, target: str | os.PathLike, *,
@@ -1027,7 +1017,7 @@ def backup_ledger(source: str | os.PathLike, target: str | os.PathLike, *,
 
     A copy restored later rolls the recorded spend back to the copy's: keep backups as
     carefully as the ledger (``docs/ledger.md``, threat model)."""
-    src = open_ledger(source, key=key, timeout=timeout, write=False)
+    src = Ledger.open(source, key=key, timeout=timeout, write=False)
     try:
         return src.backup_to(target)  # the copy is verified before it is published
     finally:
