@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from . import accounting as acc
+from ._validation import check_budget, check_privacy_delta, check_privacy_epsilon
 
 __all__ = [
     "LEDGER_FORMAT",
@@ -153,6 +154,17 @@ def _num(v: Any, what: str = "number", *, lo: float = 0.0, hi: float = math.inf)
     return float(v)
 
 
+def _checked(check: Any, v: Any, what: str, **kw: Any) -> float:
+    """``check(v, what)`` of :mod:`brace._validation` — the same check that admits the
+    value on the way in — as a :class:`LedgerError` (a JSON number only)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise LedgerError(f"ledger {what} must be a number; got {v!r}.")
+    try:
+        return check(v, what, **kw)
+    except (TypeError, ValueError) as exc:
+        raise LedgerError(str(exc)) from None
+
+
 def _int(v: Any, what: str, lo: int = 0) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < lo:
         raise LedgerError(f"ledger {what} must be an integer >= {lo}; got {v!r}.")
@@ -220,6 +232,9 @@ _RECORD_FIELDS = {
 
 
 def _check_record(rec: Any, where: str) -> dict[str, Any]:
+    """A release's record, valid as written and as read: the one check of both
+    (:meth:`Ledger.append` parses every row it writes as a reader will; ε and δ by the
+    checks that admit them, :func:`brace._validation.check_privacy_epsilon`)."""
     from .plan import PRIVATE_METHODS
 
     if not isinstance(rec, dict):
@@ -238,8 +253,8 @@ def _check_record(rec: Any, where: str) -> dict[str, Any]:
     _int(rec["queries"], f"{where} 'queries'", 1)
     _int(rec["steps"], f"{where} 'steps'", 1)
     _int(rec["dim"], f"{where} 'dim'", 1)
-    _num(rec["epsilon"], f"{where} 'epsilon'", lo=1e-300)
-    _num(rec["delta"], f"{where} 'delta'", lo=1e-300, hi=1.0)
+    _checked(check_privacy_epsilon, rec["epsilon"], f"{where} 'epsilon'")
+    _checked(check_privacy_delta, rec["delta"], f"{where} 'delta'")
     ev = event_from_dict(rec["event"])
     if isinstance(ev, acc.NonPrivateEvent) or not acc.RdpAccountant().supports(ev):
         raise LedgerError(f"{where}: the event is not a private step event.")
@@ -414,15 +429,26 @@ class Ledger:
     def _connect_read_only(cls, p: Path, timeout: float, *, snapshot: bool
                            ) -> sqlite3.Connection:
         """A read-only connection. A WAL ledger in a directory this process may not
-        write opens read-only only while its journal files exist; otherwise (no writer
-        has it open: the main file is complete) and where a one-shot read is wanted
-        (``snapshot``), it is opened immutable."""
+        write opens read-only only while its journal files exist and are writable;
+        otherwise, where a one-shot read is wanted (``snapshot``: ``brace ledger show``,
+        a backup) and its write-ahead log is absent or empty (the main file is
+        complete), it is opened immutable; with releases in a log it cannot open, it is
+        one clear error."""
         try:
             return cls._connect(p, timeout, mode="ro")
         except sqlite3.OperationalError as exc:
-            wal = Path(os.fspath(p) + "-wal")
-            if not snapshot or wal.exists() or "unable to open" not in str(exc):
+            text = str(exc)
+            if not snapshot or not ("unable to open" in text or _is_permission(exc)):
                 raise
+            wal = Path(os.fspath(p) + "-wal")
+            with contextlib.suppress(OSError):
+                if wal.stat().st_size > 0:
+                    raise LedgerError(
+                        f"cannot read ledger {p}: its write-ahead log {wal} holds releases "
+                        f"not yet in the main file, and {_who()} may not write the "
+                        f"directory {p.parent}, where SQLite needs its journal files to "
+                        "read them. Read it as a user who may write that directory (or "
+                        "once no process has it open). It was not changed.") from None
         return cls._connect(p, timeout, mode="ro", immutable=True)
 
     def close(self) -> None:
@@ -501,19 +527,7 @@ class Ledger:
                 f"ledger {p} fails its integrity check (metadata): it was edited or "
                 "damaged" + (", or the key is wrong" if key else "") + ". It was not changed; "
                 "restore it from a backup.")
-        try:
-            b = meta["budget"]
-            _num(b["epsilon"], "budget epsilon", lo=1e-300)
-            _num(b["delta"], "budget delta", lo=1e-300, hi=1.0)
-            _check_fingerprint(meta["fingerprint"], f"ledger {p}")
-            head = meta["head"]
-            _int(head["count"], "head count")
-            if not isinstance(head["mac"], str):
-                raise LedgerError(f"ledger {p}: the head's digest must be a string.")
-            _check_filter(meta["filter"], float(b["delta"]), f"ledger {p}")
-        except (KeyError, TypeError) as exc:
-            raise LedgerError(f"ledger {p} lacks a required field: {exc}.") from None
-        return meta
+        return check_meta(meta, f"ledger {p}")
 
     # ------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -594,10 +608,13 @@ class Ledger:
                               "not changed; restore it from a backup.") from None
         return self._verify_chain(rows, after, prev_mac)
 
-    def _verify_chain(self, rows: list[tuple], after: int, prev_mac: str
-                      ) -> list[ReleaseRow]:
+    def _verify_chain(self, rows: list[tuple], after: int, prev_mac: str,
+                      unreadable: list[tuple[int, str]] | None = None) -> list[ReleaseRow]:
         """The rows ``after + 1, …`` (id, time, call key, record, blobs, MAC) verified
-        along the chain from ``prev_mac`` and against the head in the metadata."""
+        along the chain from ``prev_mac`` and against the head in the metadata. With a
+        list ``unreadable``, a row whose MAC verifies but whose content does not pass
+        :func:`_check_record` (written by an earlier version) is left out and listed
+        there as ``(id, why)`` instead of raised (``brace ledger show``)."""
         head = self.meta["head"]
         out: list[ReleaseRow] = []
         mac, expect = prev_mac, after + 1
@@ -607,7 +624,12 @@ class Ledger:
                     f"ledger {self.path}: release {expect} is missing (found {row[0]}): a "
                     "record was deleted. It was not changed; restore it from a backup.")
             mac = self._verify_row(row, mac)
-            out.append(self._parse_row(row))
+            try:
+                out.append(self._parse_row(row))
+            except LedgerError as exc:
+                if unreadable is None:
+                    raise
+                unreadable.append((int(row[0]), str(exc)))
             expect += 1
         if expect - 1 != head["count"] or mac != head["mac"]:
             raise LedgerError(
@@ -647,7 +669,7 @@ class Ledger:
             rec = json.loads(record, parse_constant=_reject_constant)
         except ValueError as exc:
             raise LedgerError(f"{where}: the record is not valid JSON ({exc}).") from None
-        rec = _check_record(rec, where)
+        rec = _check_record(rec, where)  # the check append() ran before writing it
         Q, d = rec["queries"], rec["dim"]
         T = 1 if rec["method"] == "endpoint" else rec["steps"]
         out = _array(outputs, np.float64, (Q, T, d), where, "outputs")
@@ -674,12 +696,12 @@ class Ledger:
         ctb = np.ascontiguousarray(centres, dtype=np.float64).tobytes()
         rb = np.ascontiguousarray(radii, dtype=np.float64).tobytes()
         mac = self._row_mac(str(head["mac"]), rid, t, call_key, rec, ob, cb, ctb, rb)
+        row = (rid, t, call_key, rec, ob, cb, ctb, rb, mac)
+        parsed = self._parse_row(row)  # as a reader will: nothing unreadable is written
         meta = {**self.meta, "head": {"count": rid, "mac": mac}}
-        self._store_row((rid, t, call_key, rec, ob, cb, ctb, rb, mac), meta)
+        self._store_row(row, meta)
         self.meta = meta
-        return ReleaseRow(rid, t, call_key, json.loads(rec), np.asarray(outputs, np.float64),
-                          released_counts, np.asarray(centres, np.float64),
-                          np.asarray(radii, np.float64))
+        return parsed
 
     def _store_row(self, values: tuple, meta: dict[str, Any]) -> None:
         """Write one release row and the metadata that heads it (inside the transaction)."""
@@ -804,6 +826,26 @@ def _check_path(p: Path, *, must_exist: bool) -> None:
     if not os.access(p.parent, os.W_OK | os.X_OK):
         raise LedgerError(f"cannot create ledger {p}: permission denied: {_who()} may not "
                           f"write the directory {p.parent}{_mode(p.parent)}.")
+
+
+def check_meta(meta: dict[str, Any], where: str) -> dict[str, Any]:
+    """A ledger's metadata, valid as written (:func:`new_meta`) and as read: budget (by
+    :func:`brace._validation.check_budget`, which admits it), fingerprint, head, filter."""
+    try:
+        b = meta["budget"]
+        try:
+            check_budget((b["epsilon"], b["delta"]))
+        except (TypeError, ValueError) as exc:
+            raise LedgerError(f"{where}: {exc}") from None
+        _check_fingerprint(meta["fingerprint"], where)
+        head = meta["head"]
+        _int(head["count"], "head count")
+        if not isinstance(head["mac"], str):
+            raise LedgerError(f"{where}: the head's digest must be a string.")
+        _check_filter(meta["filter"], float(b["delta"]), where)
+    except (KeyError, TypeError) as exc:
+        raise LedgerError(f"{where} lacks a required field: {exc}.") from None
+    return meta
 
 
 def _check_fingerprint(fp: Any, where: str) -> dict[str, Any]:
@@ -956,7 +998,7 @@ def new_meta(fingerprint: dict[str, Any], budget: tuple[float, float],
     """The metadata of a new, empty ledger (every backend writes the same)."""
     from ._version import __version__
 
-    return {
+    return check_meta({
         "format": LEDGER_FORMAT,
         "brace_version": __version__,
         "created": now(),
@@ -965,7 +1007,7 @@ def new_meta(fingerprint: dict[str, Any], budget: tuple[float, float],
         "filter": filter_spec,
         "mac": "hmac-sha256" if key else "sha256",
         "head": {"count": 0, "mac": ""},
-    }
+    }, "a new ledger")
 
 
 def _not_sqlite(p: Path, exc: BaseException) -> LedgerError | None:

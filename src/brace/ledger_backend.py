@@ -10,7 +10,13 @@ import os
 from typing import Any
 
 from . import ledger as _ledger
-from .ledger_url import URL_SCHEMES, LedgerUnavailable, is_server_url, redact_url
+from .ledger_url import (
+    URL_SCHEMES,
+    LedgerUnavailable,
+    check_location,
+    is_server_url,
+    redact_url,
+)
 
 __all__ = ["URL_SCHEMES", "LedgerUnavailable", "is_server_url", "ledger_class",
            "redact_url"]
@@ -18,7 +24,9 @@ __all__ = ["URL_SCHEMES", "LedgerUnavailable", "is_server_url", "ledger_class",
 
 def ledger_class(location: Any) -> type[_ledger.Ledger]:
     """The ledger class for ``location``: a path (``str`` or path-like) → SQLite, a
-    ``postgresql://`` URL → PostgreSQL (needs ``psycopg``: the ``serve`` extra)."""
+    ``postgresql://`` URL → PostgreSQL (needs ``psycopg``: the ``serve`` extra); a URL
+    of any other scheme is refused."""
+    check_location(location)
     if is_server_url(location):
         try:
             from .ledger_pg import PgLedger

@@ -18,7 +18,7 @@ from . import ledger as _ledger
 from .ledger_backend import ledger_class
 from .ledger_state import LedgerState, inspect_ledger
 
-__all__ = ["copy_ledger"]
+__all__ = ["copy_ledger", "repair_ledger"]
 
 
 def copy_ledger(source: Any, target: Any, *, ledger_key: bytes | str | None = None
@@ -52,3 +52,76 @@ def copy_ledger(source: Any, target: Any, *, ledger_key: bytes | str | None = No
         raise _ledger.LedgerError(f"the copy {target} holds {len(state.releases)} releases, "
                                   f"not {len(rows)}: do not use it.")
     return state
+
+
+def repair_ledger(source: Any, target: Any, *, ledger_key: bytes | str | None = None
+                  ) -> tuple[LedgerState, list[str]]:
+    """Copy ledger ``source`` into a new ledger ``target``, mending the records it cannot
+    read (``brace ledger repair``, ``docs/ledger.md`` §7).
+
+    Earlier versions recorded a release's per-query ε or δ below the smallest value a
+    ledger reads (:data:`brace._validation.PRIVACY_FLOOR`, e.g. ``delta=5e-324``); such
+    a ledger then opened nowhere. Every row's chain is verified first (a row edited or
+    damaged is refused: restore a backup); in a row that verifies but cannot be read,
+    an ε or δ below the floor is raised to it and the value recorded is kept beside it
+    (``record["repaired"]``). Those two fields only describe the call: its charge is
+    its event, which is copied unchanged, so the repaired ledger spends exactly what
+    the source did. Anything else unreadable is refused. The rows are chained afresh
+    with the same key, the copy is built complete before anyone sees it and verified.
+    Returns the copy's :class:`LedgerState` and a line per mended release."""
+    import json
+
+    from ._validation import PRIVACY_FLOOR
+
+    src = ledger_class(source).open(source, key=ledger_key, write=False)
+    try:
+        with src.read_view():
+            src.refresh_meta()
+            meta = {k: v for k, v in src.meta.items() if k != "meta_mac"}
+            rows = src.raw_rows()
+        bad: list[tuple[int, str]] = []
+        src._verify_chain(rows, 0, "", bad)  # every MAC, ids 1…n and the head
+        where = str(src.path)
+    finally:
+        src.close()
+    if not bad:
+        raise _ledger.LedgerError(f"ledger {where} reads whole: nothing to repair (copy it "
+                                  "with 'brace ledger backup').")
+    fixed: dict[int, str] = {}
+    for rid, why in bad:
+        row = list(rows[rid - 1])
+        rec = json.loads(row[3])
+        old = {}
+        for k in ("epsilon", "delta"):
+            v = rec.get(k)
+            if isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < PRIVACY_FLOOR:
+                old[k] = float(v).hex()
+                rec[k] = PRIVACY_FLOOR
+        if not old:
+            raise _ledger.LedgerError(
+                f"ledger {where}: release {rid} cannot be read ({why}) and is not a record "
+                "that repair mends (an epsilon or delta below "
+                f"{PRIVACY_FLOOR:g}). Restore the ledger from a backup.")
+        rec["repaired"] = old
+        row[3] = json.dumps(rec, sort_keys=True, allow_nan=False)
+        rows[rid - 1] = tuple(row)
+        fixed[rid] = (f"release {rid}: " + ", ".join(
+            f"{k} {float.fromhex(v)!r} recorded as {PRIVACY_FLOOR:g}" for k, v in old.items()))
+
+    def fill(dst: _ledger.Ledger) -> None:  # rows re-chained with the same key
+        out, mac = [], ""
+        for row in rows:
+            rid, time, call_key, rec, ob, cb, ctb, rb, _ = row
+            mac = dst._row_mac(mac, rid, time, call_key, rec, bytes(ob),
+                               None if cb is None else bytes(cb), bytes(ctb), bytes(rb))
+            new = (rid, time, call_key, rec, ob, cb, ctb, rb, mac)
+            dst._parse_row(new)  # every row now reads
+            out.append(new)
+        dst.insert_raw(out, {**meta, "head": {"count": len(out), "mac": mac}})
+
+    b = meta["budget"]
+    ledger_class(target).create(
+        target, fingerprint=meta["fingerprint"], budget=(b["epsilon"], b["delta"]),
+        filter_spec=meta["filter"], key=ledger_key, fill=fill).close()
+    state = inspect_ledger(target, ledger_key=ledger_key)
+    return state, [fixed[i] for i in sorted(fixed)]

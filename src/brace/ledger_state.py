@@ -13,22 +13,12 @@ import numpy as np
 
 from . import accounting as acc_events
 from . import ledger as _ledger
-from ._validation import check_delta, check_epsilon
+from ._validation import check_budget
 from .accounting.filter import FilterSpec, FootprintIndex, K, convert, event_weights
 from .ledger_backend import ledger_class
 
 __all__ = ["LedgerState", "inspect_ledger", "migrate_json_ledger", "check_budget",
            "plural", "weights"]
-
-
-def check_budget(budget: Any) -> tuple[float, float]:
-    try:
-        eps, delta = budget
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"budget must be a pair (epsilon, delta), e.g. (8.0, 1e-5). Found {budget!r}."
-        ) from None
-    return check_epsilon(eps, "budget epsilon"), check_delta(delta, "budget delta")
 
 
 def plural(n: int, word: str, plural: str | None = None) -> str:
@@ -62,6 +52,10 @@ class LedgerState:
     releases: tuple[dict[str, Any], ...]
     spent_local: float
     spent_global: float
+    #: ``(id, why)`` of each release whose chain verifies but whose record cannot be
+    #: read (written by an earlier version; ``docs/ledger.md``, "Repairing a ledger"):
+    #: left out of the spend, which is then a lower bound
+    unreadable: tuple[tuple[int, str], ...] = ()
 
     @property
     def remaining(self) -> float:
@@ -77,6 +71,7 @@ class LedgerState:
             "spent_local_epsilon": _finite(self.spent_local),
             "spent_global_epsilon": _finite(self.spent_global),
             "remaining_epsilon": self.remaining, "at_delta": self.budget_delta,
+            "unreadable": [{"release": i, "reason": why} for i, why in self.unreadable],
         }
 
     def summary(self, last: int = 20) -> str:
@@ -88,7 +83,8 @@ class LedgerState:
             f"{fp.get('dtype')}, radius {fp.get('radius')}",
             f"  budget           : ({self.budget_epsilon:g}, {self.budget_delta:g})-DP over "
             "the whole adaptive history (privacy filter, docs/privacy-accounting.md §12)",
-            f"  releases         : {len(self.releases)}",
+            f"  releases         : {len(self.releases)}" + (
+                f" readable, {len(self.unreadable)} unreadable" if self.unreadable else ""),
         ]
         shown = self.releases[-last:]
         first = len(self.releases) - len(shown) + 1
@@ -118,6 +114,14 @@ class LedgerState:
             f"{self.budget_delta:g} (every step charged to every row)",
             f"  remaining        : eps = {self.remaining:.6g} of {self.budget_epsilon:g}",
         ]
+        for i, why in self.unreadable:
+            lines.append(f"  UNREADABLE       : release {i}: {why}")
+        if self.unreadable:
+            lines.append(
+                f"  the spend above leaves out {plural(len(self.unreadable), 'release')} "
+                "it cannot read: it is a lower bound, and no process can use this ledger "
+                "until it is repaired: 'brace ledger repair' (docs/ledger.md, "
+                "§7, \"Repairing a ledger\").")
         return "\n".join(lines)
 
 
@@ -125,14 +129,18 @@ def _finite(v: float) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def inspect_ledger(path: str | os.PathLike, *, ledger_key: bytes | str | None = None
-                   ) -> LedgerState:
-    """Read and verify a ledger without its bank (:class:`LedgerState`)."""
+def inspect_ledger(path: str | os.PathLike, *, ledger_key: bytes | str | None = None,
+                   unreadable: bool = False) -> LedgerState:
+    """Read and verify a ledger without its bank (:class:`LedgerState`). With
+    ``unreadable``, a release whose chain verifies but whose record cannot be read is
+    listed in :attr:`LedgerState.unreadable` (and left out of the spend) instead of
+    raised: ``brace ledger show`` names it."""
     db = ledger_class(path).open(path, key=ledger_key, write=False)
+    bad: list[tuple[int, str]] | None = [] if unreadable else None
     try:
         with db.read_view():  # the head and the rows of one moment
             db.refresh_meta()
-            rows = db.read_since(0, "")
+            rows = db._verify_chain(db.raw_rows(), 0, "", bad)
         meta, where = db.meta, str(db.path)  # a URL without its password
     finally:
         db.close()
@@ -149,7 +157,8 @@ def inspect_ledger(path: str | os.PathLike, *, ledger_key: bytes | str | None = 
     return LedgerState(
         where, dict(meta["fingerprint"]), float(b["epsilon"]), delta,
         dict(meta["filter"]), str(meta["created"]), tuple(r.record for r in rows),
-        convert(index.worst_pair(), delta), convert(index.global_weights(), delta))
+        convert(index.worst_pair(), delta), convert(index.global_weights(), delta),
+        tuple(bad or ()))
 
 
 #: a migrated release is recorded as one footprint (and one output row) per step: at most
