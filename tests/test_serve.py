@@ -270,6 +270,39 @@ def test_healthz_is_503_for_a_ledger_holding_an_unreadable_record(client, bank,
     assert r.status_code == 503 and r.json()["error"] == "ledger_error"
 
 
+def test_a_409_names_other_analysts_places_to_admins_only(tmp_path, bank, caplog):
+    """Issue reproducer: a 409 answered to an analyst said "The most charged place is
+    around [ 1.7 -0.31]": another analyst's query place."""
+    config = _deploy(tmp_path, bank, budget=3.0)
+    bob = "bob-token-0123456789abcdefghij"
+    Path(config.keys).write_text(f"alice:{ANALYST}:analyst\nbob:{bob}:analyst\n"
+                                 f"root:{hash_token(ADMIN)}:admin\n")
+    service = Service(config)
+    B = {"Authorization": f"Bearer {bob}"}
+    place = [[7.25, -3.5, 0.0, 0.0]]  # alice's query, far from the bank
+    with TestClient(create_app(config, service=service),
+                    raise_server_exceptions=False) as c, caplog.at_level("INFO", "brace.serve"):
+        r = c.post("/v1/retrieve", json={"queries": place, "steps": 2, "epsilon": 1.5},
+                   headers=A)
+        assert r.status_code == 200, r.text
+        big = {"queries": place, "steps": 4, "epsilon": 50.0}
+        answers = {}
+        for who, headers in (("bob", B), ("alice", A), ("root", ROOT)):
+            r = c.post("/v1/retrieve", json=big, headers=headers)
+            assert r.status_code == 409 and r.json()["error"] == "budget_exceeded", r.text
+            answers[who] = r.json()["message"]
+    service.close()
+    assert "most charged place is around [ 7.25 -3.5" in answers["root"]
+    for who in ("bob", "alice"):  # an analyst: the budget, never a place
+        assert "charged place" not in answers[who] and "7.25" not in answers[who]
+        assert "Nothing was released or spent." in answers[who]
+        assert answers[who] == answers["root"].replace(
+            " " + answers["root"][answers["root"].index("The most charged"):
+                                  answers["root"].index(" Nothing was")], "")
+    assert any("most charged place is around [ 7.25" in rec.getMessage()
+               for rec in caplog.records)  # the server's log has it
+
+
 HOSTILE = [
     # (body bytes or JSON, content type, status, words of the message)
     (b'{"queries": [[NaN, 0, 0, 0]], "steps": 1, "epsilon": 1}', None, 400, "NaN"),
