@@ -25,8 +25,8 @@ from brace._validation import PRIVACY_FLOOR
 from brace.budget import inspect_ledger
 from brace.cli import main
 from brace.ledger import Ledger, LedgerError
-from brace.ledger_backend import ledger_class
-from brace.ledger_copy import repair_ledger
+from brace.ledger.backend import ledger_class
+from brace.ledger.backup import repair_ledger
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 

@@ -27,7 +27,7 @@ from starlette.testclient import TestClient  # noqa: E402
 from brace import PrivateMemory  # noqa: E402
 from brace.budget import inspect_ledger  # noqa: E402
 from brace.ledger import LedgerError  # noqa: E402
-from brace.ledger_backend import ledger_class  # noqa: E402
+from brace.ledger.backend import ledger_class  # noqa: E402
 from brace.mechanisms import DIAGNOSTIC_FIELDS  # noqa: E402
 from brace.serve import Limits, ServeConfig, Service, create_app, hash_token, load_keys  # noqa: E402
 from pgserver import free_port  # noqa: E402 (tests/, on the path for conftest.py)

@@ -17,7 +17,7 @@ from .. import accounting as acc_events
 from ..accounting import eps_from_rho_delta
 from ..accounting.filter import ROUNDING, K, convert
 from ..footprints import reserved_radius, reserved_steps
-from ..ledger_state import plural, weights
+from ..ledger.state import plural, weights
 
 #: default per-query δ of :meth:`PrivateMemory.retrieve`: this share of the budget's δ
 QUERY_DELTA_SHARE = 0.01

@@ -20,7 +20,7 @@ from .._validation import (
     check_queries,
     check_steps,
 )
-from ..ledger_state import weights
+from ..ledger.state import weights
 from ..mechanisms import PRIVATE_METHODS
 from ..plan import plan_release
 from .admission import _PLAN_KW, QUERY_DELTA_SHARE, _largest_fitting

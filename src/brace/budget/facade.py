@@ -36,7 +36,7 @@ from .._validation import (
 )
 from ..accounting.filter import FilterSpec, FootprintIndex, convert
 from ..footprints import footprints
-from ..ledger_backend import ledger_class
+from ..ledger.backend import ledger_class
 from ..mechanisms import (
     DIAGNOSTIC_FIELDS,
     PRIVATE_METHODS,

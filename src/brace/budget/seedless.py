@@ -20,7 +20,7 @@ from .. import accounting as acc_events
 from .. import ledger as _ledger
 from .._validation import check_epsilon, check_int_at_least, check_privacy_epsilon
 from ..accounting.filter import convert
-from ..ledger_state import weights
+from ..ledger.state import weights
 from ..projection import ProjectionPlan, check_project, private_projected_seeds
 from ..seeding import SeedingPlan, parse_domain, private_seeds
 from ..synopsis import Synopsis

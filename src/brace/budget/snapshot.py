@@ -27,7 +27,7 @@ from .._validation import (
 from ..accounting import rho_from_eps_delta
 from ..accounting.filter import convert
 from ..footprints import CLEAN_MARGIN, GATE_MARGIN, footprints
-from ..ledger_state import weights
+from ..ledger.state import weights
 from ..mechanisms import DIAGNOSTIC_FIELDS, run_plan
 from ..memory import pins_bank
 from ..plan import plan_release

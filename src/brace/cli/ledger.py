@@ -105,8 +105,8 @@ def run_copy(args: argparse.Namespace) -> int:
     """Carry out ``brace ledger backup`` / ``restore``."""
     from ..budget import inspect_ledger
     from ..ledger import backup_ledger
-    from ..ledger_backend import is_server_url, ledger_class, redact_url
-    from ..ledger_copy import copy_ledger
+    from ..ledger.backend import is_server_url, ledger_class, redact_url
+    from ..ledger.backup import copy_ledger
 
     for loc in (args.source, args.target):
         ledger_class(loc)  # a URL of another scheme is refused, never taken for a path
@@ -127,8 +127,8 @@ def run_copy(args: argparse.Namespace) -> int:
 
 def run_repair(args: argparse.Namespace) -> int:
     """Carry out ``brace ledger repair``."""
-    from ..ledger_backend import redact_url
-    from ..ledger_copy import repair_ledger
+    from ..ledger.backend import redact_url
+    from ..ledger.backup import repair_ledger
 
     state, fixed = repair_ledger(args.source, args.target)
     src, dst = (redact_url(x) for x in (args.source, args.target))
@@ -143,7 +143,7 @@ def run_repair(args: argparse.Namespace) -> int:
 def _is_release(path: str) -> bool:
     from pathlib import Path
 
-    from ..ledger_backend import is_server_url
+    from ..ledger.backend import is_server_url
 
     if is_server_url(path):
         return False

@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         )
     budget = None
     if args.ledger is not None:
-        from ..ledger_backend import ledger_class
+        from ..ledger.backend import ledger_class
 
         # a file or a postgresql:// URL, as 'serve' and 'ledger' take
         db = ledger_class(args.ledger).open(args.ledger, timeout=args.lock_timeout,

@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
                 queries = res.queries
         elif args.ledger is not None:  # charged to the budget, then analysed
             from ..budget import PrivateMemory
-            from ..ledger_backend import ledger_class
+            from ..ledger.backend import ledger_class
 
             db = ledger_class(args.ledger).open(args.ledger, write=False)
             budget = (db.meta["budget"]["epsilon"], db.meta["budget"]["delta"])

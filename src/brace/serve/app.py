@@ -31,7 +31,7 @@ from starlette.routing import Route
 
 from ..budget import BudgetExceededError
 from ..ledger import LedgerError, LedgerLockTimeout
-from ..ledger_backend import LedgerUnavailable
+from ..ledger.backend import LedgerUnavailable
 from .keys import ApiKey
 from .openapi import openapi_document
 from .requests import (

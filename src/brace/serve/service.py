@@ -27,7 +27,7 @@ import numpy as np
 from .._io import atomic_write_text, load_npy, strict_json
 from ..budget import BudgetExceededError, PrivateMemory
 from ..ledger import CELLS_METHOD, LedgerError
-from ..ledger_backend import LedgerUnavailable, is_server_url, ledger_class, redact_url
+from ..ledger.backend import LedgerUnavailable, is_server_url, ledger_class, redact_url
 from ..memory import frozen_bank
 from ..synopsis import Synopsis
 from .keys import KeyRing, load_keys
@@ -196,7 +196,7 @@ class _PgStore:
         import psycopg
         from psycopg import sql
 
-        from ..ledger_pg import PgLedger
+        from ..ledger.pg import PgLedger
 
         with self._lock:
             for attempt in (0, 1):

@@ -1,6 +1,6 @@
 """Which ledger backend a location names: a file path is an SQLite ledger
 (:class:`brace.ledger.Ledger`, the embedded default), a ``postgresql://`` URL a
-PostgreSQL ledger (:class:`brace.ledger_pg.PgLedger`, ``docs/ledger.md`` §9). Both
+PostgreSQL ledger (:class:`brace.ledger.pg.PgLedger`, ``docs/ledger.md`` §9). Both
 have the same schema, records, chain and MAC, and the interface that
 :class:`brace.PrivateMemory` uses."""
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from . import ledger as _ledger
-from .ledger_url import (
+from . import sqlite as _ledger
+from .url import (
     URL_SCHEMES,
     LedgerUnavailable,
     check_location,
@@ -29,7 +29,7 @@ def ledger_class(location: Any) -> type[_ledger.Ledger]:
     check_location(location)
     if is_server_url(location):
         try:
-            from .ledger_pg import PgLedger
+            from .pg import PgLedger
         except ImportError as exc:  # psycopg is an optional dependency
             raise _ledger.LedgerError(
                 f"a PostgreSQL ledger needs psycopg 3 ({exc}); install the 'serve' extra: "

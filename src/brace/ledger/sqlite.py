@@ -50,8 +50,8 @@ from typing import Any
 
 import numpy as np
 
-from . import accounting as acc
-from ._validation import check_budget, check_privacy_delta, check_privacy_epsilon
+from .. import accounting as acc
+from .._validation import check_budget, check_privacy_delta, check_privacy_epsilon
 
 __all__ = [
     "LEDGER_FORMAT",
@@ -107,8 +107,8 @@ def bank_fingerprint(bank: Any, radius: float) -> dict[str, Any]:
     enters as its exact ``float.hex``, so radii one ulp apart differ). Memory maps are
     streamed in blocks, never copied whole; so are torch tensors (copied to the host one
     block at a time)."""
-    from ._fingerprint import bank_fingerprint as _digest
-    from ._fingerprint import numpy_dtype
+    from .._fingerprint import bank_fingerprint as _digest
+    from .._fingerprint import numpy_dtype
 
     if not hasattr(bank, "shape") or not hasattr(bank, "dtype"):
         bank = np.asarray(bank)
@@ -235,7 +235,7 @@ def _check_record(rec: Any, where: str) -> dict[str, Any]:
     """A release's record, valid as written and as read: the one check of both
     (:meth:`Ledger.append` parses every row it writes as a reader will; ε and δ by the
     checks that admit them, :func:`brace._validation.check_privacy_epsilon`)."""
-    from .plan import PRIVATE_METHODS
+    from ..plan import PRIVATE_METHODS
 
     if not isinstance(rec, dict):
         raise LedgerError(f"{where}: the record must be a JSON object; got "
@@ -873,7 +873,7 @@ def _check_fingerprint(fp: Any, where: str) -> dict[str, Any]:
 def _check_filter(spec: Any, delta: float, where: str) -> dict[str, Any]:
     """A filter: ``orders`` (distinct indices into the filter's order grid) and
     ``delta_direct`` in ``[0, delta)`` (:class:`brace.accounting.filter.FilterSpec`)."""
-    from .accounting.filter import K
+    from ..accounting.filter import K
 
     if not isinstance(spec, dict):
         raise LedgerError(f"{where}: the filter must be an object; got {spec!r}.")
@@ -996,7 +996,7 @@ def _publish(tmp: Path, p: Path) -> None:
 def new_meta(fingerprint: dict[str, Any], budget: tuple[float, float],
              filter_spec: dict[str, Any], key: bytes | None) -> dict[str, Any]:
     """The metadata of a new, empty ledger (every backend writes the same)."""
-    from ._version import __version__
+    from .._version import __version__
 
     return check_meta({
         "format": LEDGER_FORMAT,
@@ -1046,7 +1046,7 @@ def _holder(path: Path) -> str:
 
 
 # --------------------------------------------------------------------------------------
-# Backups (SQLite files; either backend: brace.ledger_copy)
+# Backups (SQLite files; either backend: brace.ledger.backup)
 # --------------------------------------------------------------------------------------
 
 

@@ -46,7 +46,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
 
-from .ledger import (
+from .sqlite import (
     Ledger,
     LedgerError,
     LedgerLockTimeout,
@@ -56,7 +56,7 @@ from .ledger import (
     ledger_key_from_env,
     new_meta,
 )
-from .ledger_url import LedgerUnavailable, redact_url
+from .url import LedgerUnavailable, redact_url
 
 __all__ = ["PgLedger", "LedgerUnavailable"]
 
@@ -416,7 +416,7 @@ class PgLedger(Ledger):
         return parsed.outputs, parsed.released_counts
 
     # ------------------------------------------------------------------------------
-    # raw rows, for copies (brace.ledger_copy)
+    # raw rows, for copies (brace.ledger.backup)
     def raw_rows(self) -> list[tuple]:
         """Every release row as stored (inside :meth:`read_view`)."""
         with self._guard():

@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from . import accounting as acc_events
-from . import ledger as _ledger
-from ._validation import check_budget
-from .accounting.filter import FilterSpec, FootprintIndex, K, convert, event_weights
-from .ledger_backend import ledger_class
+from .. import accounting as acc_events
+from .._validation import check_budget
+from ..accounting.filter import FilterSpec, FootprintIndex, K, convert, event_weights
+from . import sqlite as _ledger
+from .backend import ledger_class
 
 __all__ = ["LedgerState", "inspect_ledger", "migrate_json_ledger", "check_budget",
            "plural", "weights"]

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import ledger as _ledger
-from .ledger_backend import ledger_class
-from .ledger_state import LedgerState, inspect_ledger
+from . import sqlite as _ledger
+from .backend import ledger_class
+from .state import LedgerState, inspect_ledger
 
 __all__ = ["copy_ledger", "repair_ledger"]
 
@@ -71,7 +71,7 @@ def repair_ledger(source: Any, target: Any, *, ledger_key: bytes | str | None = 
     Returns the copy's :class:`LedgerState` and a line per mended release."""
     import json
 
-    from ._validation import PRIVACY_FLOOR
+    from .._validation import PRIVACY_FLOOR
 
     src = ledger_class(source).open(source, key=ledger_key, write=False)
     try:

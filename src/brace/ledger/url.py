@@ -1,6 +1,6 @@
 """Ledger URLs: recognising a ``postgresql://`` URL, showing one without its password,
 and the error of a database server that cannot be reached (no database driver needed;
-:mod:`brace.ledger_backend` dispatches, :mod:`brace.ledger_pg` is the backend)."""
+:mod:`brace.ledger.backend` dispatches, :mod:`brace.ledger.pg` is the backend)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from .ledger import LedgerError
+from .sqlite import LedgerError
 
 __all__ = ["URL_SCHEMES", "LedgerUnavailable", "is_server_url", "redact_url",
            "check_location"]
