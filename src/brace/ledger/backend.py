@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from . import sqlite as _ledger
+from .record import LedgerError
+from .sqlite import Ledger
 from .url import (
     URL_SCHEMES,
     LedgerUnavailable,
@@ -22,7 +23,7 @@ __all__ = ["URL_SCHEMES", "LedgerUnavailable", "is_server_url", "ledger_class",
            "redact_url"]
 
 
-def ledger_class(location: Any) -> type[_ledger.Ledger]:
+def ledger_class(location: Any) -> type[Ledger]:
     """The ledger class for ``location``: a path (``str`` or path-like) → SQLite, a
     ``postgresql://`` URL → PostgreSQL (needs ``psycopg``: the ``serve`` extra); a URL
     of any other scheme is refused."""
@@ -31,10 +32,10 @@ def ledger_class(location: Any) -> type[_ledger.Ledger]:
         try:
             from .pg import PgLedger
         except ImportError as exc:  # psycopg is an optional dependency
-            raise _ledger.LedgerError(
+            raise LedgerError(
                 f"a PostgreSQL ledger needs psycopg 3 ({exc}); install the 'serve' extra: "
                 "pip install -e '.[serve]'.") from None
         return PgLedger
     if not isinstance(location, str | os.PathLike):
         raise TypeError(f"ledger must be a path or a postgresql:// URL; got {location!r}.")
-    return _ledger.Ledger
+    return Ledger

@@ -12,13 +12,18 @@ while servers keep writing; the copy is made complete before anyone can see it
 
 from __future__ import annotations
 
+import os
+import sqlite3
+from pathlib import Path
 from typing import Any
 
-from . import sqlite as _ledger
 from .backend import ledger_class
+from .files import _check_path, _explain, _staged
+from .record import LedgerError
+from .sqlite import Ledger
 from .state import LedgerState, inspect_ledger
 
-__all__ = ["copy_ledger", "repair_ledger"]
+__all__ = ["backup_ledger", "copy_ledger", "repair_ledger"]
 
 
 def copy_ledger(source: Any, target: Any, *, ledger_key: bytes | str | None = None
@@ -49,7 +54,7 @@ def copy_ledger(source: Any, target: Any, *, ledger_key: bytes | str | None = No
         fill=lambda dst: dst.insert_raw(rows, meta)).close()
     state = inspect_ledger(target, ledger_key=ledger_key)  # the copy verifies
     if len(state.releases) != len(rows):  # pragma: no cover - verified rows were written
-        raise _ledger.LedgerError(f"the copy {target} holds {len(state.releases)} releases, "
+        raise LedgerError(f"the copy {target} holds {len(state.releases)} releases, "
                                   f"not {len(rows)}: do not use it.")
     return state
 
@@ -85,7 +90,7 @@ def repair_ledger(source: Any, target: Any, *, ledger_key: bytes | str | None = 
     finally:
         src.close()
     if not bad:
-        raise _ledger.LedgerError(f"ledger {where} reads whole: nothing to repair (copy it "
+        raise LedgerError(f"ledger {where} reads whole: nothing to repair (copy it "
                                   "with 'brace ledger backup').")
     fixed: dict[int, str] = {}
     for rid, why in bad:
@@ -98,7 +103,7 @@ def repair_ledger(source: Any, target: Any, *, ledger_key: bytes | str | None = 
                 old[k] = float(v).hex()
                 rec[k] = PRIVACY_FLOOR
         if not old:
-            raise _ledger.LedgerError(
+            raise LedgerError(
                 f"ledger {where}: release {rid} cannot be read ({why}) and is not a record "
                 "that repair mends (an epsilon or delta below "
                 f"{PRIVACY_FLOOR:g}). Restore the ledger from a backup.")
@@ -108,7 +113,7 @@ def repair_ledger(source: Any, target: Any, *, ledger_key: bytes | str | None = 
         fixed[rid] = (f"release {rid}: " + ", ".join(
             f"{k} {float.fromhex(v)!r} recorded as {PRIVACY_FLOOR:g}" for k, v in old.items()))
 
-    def fill(dst: _ledger.Ledger) -> None:  # rows re-chained with the same key
+    def fill(dst: Ledger) -> None:  # rows re-chained with the same key
         out, mac = [], ""
         for row in rows:
             rid, time, call_key, rec, ob, cb, ctb, rb, _ = row
@@ -125,3 +130,36 @@ def repair_ledger(source: Any, target: Any, *, ledger_key: bytes | str | None = 
         filter_spec=meta["filter"], key=ledger_key, fill=fill).close()
     state = inspect_ledger(target, ledger_key=ledger_key)
     return state, [fixed[i] for i in sorted(fixed)]
+
+
+def backup_ledger(source: str | os.PathLike, target: str | os.PathLike, *,
+                  key: bytes | str | None = None, timeout: float = 10.0) -> int:
+    """Copy the ledger ``source`` to the new file ``target``, safely while it is in use:
+    ``source`` is opened read-only, copied in one consistent snapshot (SQLite's online
+    backup API), the copy is verified and then published atomically (never a partial
+    ``target``; an existing one is refused). Returns the number of releases copied.
+
+    A copy restored later rolls the recorded spend back to the copy's: keep backups as
+    carefully as the ledger (``docs/ledger.md``, threat model)."""
+    src = Ledger.open(source, key=key, timeout=timeout, write=False)
+    p = Path(os.fspath(target))
+    try:
+        conn = src._live()
+        _check_path(p, must_exist=False)
+        with _staged(p) as tmp:
+            try:
+                dst = Ledger._connect(tmp, timeout, mode="rwc")
+                try:
+                    conn.backup(dst)  # one consistent snapshot, also while others write
+                finally:
+                    dst.close()
+            except sqlite3.Error as exc:
+                raise LedgerError(f"cannot back up ledger {src.path} to {p}: "
+                                  f"{_explain(exc, p, True)}") from None
+            copy = Ledger.open(tmp, key=src._key, timeout=timeout, write=False)
+            try:  # verified (metadata, every release's chain) before it is published
+                return len(copy.read_since(0, ""))
+            finally:
+                copy.close()
+    finally:
+        src.close()

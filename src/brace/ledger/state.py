@@ -5,8 +5,11 @@ event that :class:`brace.PrivateMemory` and these share."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,10 +17,13 @@ import numpy as np
 from .. import accounting as acc_events
 from .._validation import check_budget
 from ..accounting.filter import FilterSpec, FootprintIndex, K, convert, event_weights
-from . import sqlite as _ledger
+from . import record as _ledger
 from .backend import ledger_class
+from .record import JSON_LEDGER_FORMAT, _reject_constant
+from .sqlite import Ledger
 
-__all__ = ["LedgerState", "inspect_ledger", "migrate_json_ledger", "check_budget",
+__all__ = ["LedgerState", "inspect_ledger", "migrate_json_ledger", "read_json_ledger",
+           "check_budget",
            "plural", "weights"]
 
 
@@ -179,7 +185,7 @@ def migrate_json_ledger(source: str | os.PathLike, target: str | os.PathLike, *,
     :data:`MAX_MIGRATED_COORDINATES` steps × d), and the new ledger is built in a
     temporary file (SQLite) or in one transaction (PostgreSQL) published only when
     complete: a failed migration leaves nothing at ``target``."""
-    old = _ledger.read_json_ledger(source)
+    old = read_json_ledger(source)
     b = old["budget"]
     budget = check_budget((b.get("epsilon"), b.get("delta")))
     spec = dataclasses.asdict(FilterSpec.for_budget(*budget))
@@ -214,7 +220,7 @@ def migrate_json_ledger(source: str | os.PathLike, target: str | os.PathLike, *,
         _ledger._check_record(new, f"JSON ledger {source}, release {i}")
         rows.append((i, new, int(count)))
 
-    def fill(db: _ledger.Ledger) -> None:  # inside the creating transaction
+    def fill(db: Ledger) -> None:  # inside the creating transaction
         for i, new, c in rows:
             db.append(call_key=f"migrated:{i}", record=new,
                       outputs=np.zeros((c, 1, dim)), released_counts=None,
@@ -225,3 +231,27 @@ def migrate_json_ledger(source: str | os.PathLike, target: str | os.PathLike, *,
     ledger_class(target).create(target, fingerprint=fp, budget=budget, filter_spec=spec,
                                 key=ledger_key, fill=fill).close()
     return inspect_ledger(target, ledger_key=ledger_key)
+
+
+def read_json_ledger(path: str | os.PathLike) -> dict[str, Any]:
+    """Read and verify a ledger of the earlier JSON format (``brace-ledger/1``) for
+    migration: ``{"fingerprint", "budget", "created", "releases"}``."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"), parse_constant=_reject_constant)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise _ledger.LedgerError(f"cannot read JSON ledger {p}: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("format") != JSON_LEDGER_FORMAT:
+        raise _ledger.LedgerError(f"{p} is not a JSON ledger ({JSON_LEDGER_FORMAT}).")
+    body = {k: v for k, v in doc.items() if k != "checksum"}
+    blob = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    if doc.get("checksum") != hashlib.sha256(blob.encode()).hexdigest():
+        raise _ledger.LedgerError(f"JSON ledger {p} fails its checksum; it was not migrated.")
+    try:
+        rel = doc["releases"]
+        if not isinstance(rel, list):
+            raise _ledger.LedgerError(f"JSON ledger {p}: 'releases' must be a list.")
+        return {"fingerprint": dict(doc["fingerprint"]), "budget": dict(doc["budget"]),
+                "created": str(doc["created"]), "releases": rel}
+    except (KeyError, TypeError) as exc:
+        raise _ledger.LedgerError(f"JSON ledger {p} lacks a required field: {exc}.") from None

@@ -8,7 +8,7 @@ import re
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from .sqlite import LedgerError
+from .record import LedgerError
 
 __all__ = ["URL_SCHEMES", "LedgerUnavailable", "is_server_url", "redact_url",
            "check_location"]
