@@ -92,6 +92,13 @@ def test_budgets_at_the_ends_are_written_and_read_back(bank, tmp_path, budget):
     assert (state.budget_epsilon, state.budget_delta) == budget
 
 
+def test_the_default_delta_of_a_tiny_budget_delta_is_named(bank):
+    pm = PrivateMemory(bank, radius=0.8, budget=(8.0, PRIVACY_FLOOR))
+    with pytest.raises(ValueError, match=r"delta \(by default 1 % of the budget's delta\)"):
+        pm.retrieve(bank[:1], steps=1, epsilon=1.0, method="global", seed=0)
+    assert pm.releases == ()
+
+
 @pytest.mark.parametrize("budget", [(1e-7, 1e-5), (1e-300, 1e-5), (8.0, 1e-301),
                                     (8.0, 5e-324), (math.inf, 1e-5)])
 def test_budgets_past_the_ends_are_refused_before_anything_is_written(bank, tmp_path,

@@ -254,8 +254,9 @@ class PrivateMemory(LedgerSync, Admission, Advice, Snapshots):
         q, _ = check_queries(queries, self._dim, name="queries")
         T = check_steps(steps)
         eps = check_privacy_epsilon(epsilon)  # the ranges a ledger records (and reads)
-        dlt = (self._budget[1] * QUERY_DELTA_SHARE if delta is None
-               else check_privacy_delta(delta))
+        dlt = (check_privacy_delta(self._budget[1] * QUERY_DELTA_SHARE,
+                                   "delta (by default 1 % of the budget's delta)")
+               if delta is None else check_privacy_delta(delta))
         unknown = sorted(set(kw) - set(_PLAN_KW) - {"progress"})
         if unknown:
             raise TypeError(f"PrivateMemory.retrieve got unexpected keyword(s) {unknown}.")
