@@ -76,11 +76,11 @@ if __name__ == "__main__":
 import numpy as np  # noqa: E402
 
 import brace  # noqa: E402
-from brace import ledger as ledger_module  # noqa: E402
 from brace._io import write_json  # noqa: E402
 from brace._meta import versions  # noqa: E402
 from brace.footprints import footprints  # noqa: E402
 from brace.ledger import Ledger  # noqa: E402
+from brace.ledger import sqlite as ledger_module  # noqa: E402
 from brace.plan import plan_release  # noqa: E402
 
 EPS, DELTA, BUDGET = 1.0, 1e-9, (1e9, 1e-5)

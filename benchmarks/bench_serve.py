@@ -72,7 +72,7 @@ from brace._io import write_json  # noqa: E402
 from brace._meta import versions  # noqa: E402
 from brace.accounting.filter import FilterSpec, event_weights  # noqa: E402
 from brace.budget import inspect_ledger  # noqa: E402
-from brace.ledger_backend import ledger_class  # noqa: E402
+from brace.ledger.backend import ledger_class  # noqa: E402
 from brace.plan import plan_release  # noqa: E402
 from brace.serve.service import load_bank  # noqa: E402
 

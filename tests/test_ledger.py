@@ -154,7 +154,7 @@ def test_edits_with_a_recomputed_digest_are_refused_by_validation_or_the_key(ban
     for field, value, match in [("event", {"type": "GaussianStep", "rho": -0.5},
                                  "rho must be a finite number in"),
                                 ("queries", "abc", "'queries' must be int"),
-                                ("delta", -0.5, "'delta' must be float|delta' must be a")]:
+                                ("delta", -0.5, "'delta' must lie in")]:
         rewrite({**rec, field: value})
         with pytest.raises(LedgerError, match=match):
             _open(bank, path)

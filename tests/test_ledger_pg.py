@@ -18,8 +18,8 @@ import pytest
 from brace import BudgetExceededError, PrivateMemory
 from brace.budget import inspect_ledger, migrate_json_ledger
 from brace.ledger import LedgerError, LedgerLockTimeout
-from brace.ledger_backend import LedgerUnavailable, ledger_class, redact_url
-from brace.ledger_copy import copy_ledger
+from brace.ledger.backend import LedgerUnavailable, ledger_class, redact_url
+from brace.ledger.backup import copy_ledger
 from pgserver import free_port  # tests/, on the path for conftest.py
 
 psycopg = pytest.importorskip("psycopg", reason="psycopg not installed (the 'serve' extra)")

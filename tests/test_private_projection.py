@@ -242,7 +242,7 @@ def test_projected_snapshot_finds_the_clusters_in_high_dimension():
 
 
 def test_projected_snapshot_is_charged_once_refused_beyond_and_recorded(tmp_path):
-    from brace.ledger_state import inspect_ledger
+    from brace.ledger.state import inspect_ledger
 
     X, _, _ = _subspace_clusters(400, 12)
     path = tmp_path / "p.db"

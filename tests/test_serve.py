@@ -27,7 +27,7 @@ from starlette.testclient import TestClient  # noqa: E402
 from brace import PrivateMemory  # noqa: E402
 from brace.budget import inspect_ledger  # noqa: E402
 from brace.ledger import LedgerError  # noqa: E402
-from brace.ledger_backend import ledger_class  # noqa: E402
+from brace.ledger.backend import ledger_class  # noqa: E402
 from brace.mechanisms import DIAGNOSTIC_FIELDS  # noqa: E402
 from brace.serve import Limits, ServeConfig, Service, create_app, hash_token, load_keys  # noqa: E402
 from pgserver import free_port  # noqa: E402 (tests/, on the path for conftest.py)
@@ -227,6 +227,82 @@ def test_409_and_422_bodies(client, bank):
         _no_secrets(r)
 
 
+@pytest.mark.parametrize("delta, method", [(5e-324, "global"), (1e-301, "endpoint"),
+                                           (1e-320, None)])
+def test_no_request_makes_the_ledger_unreadable(client, bank, delta, method):
+    """Issue reproducer: delta=5e-324 was answered 200 and recorded; from then on the
+    ledger could not be read (every server 503, no restart, /healthz still 200)."""
+    body = {"queries": [[0.5, 0.1, 0.0, 0.0]], "steps": 1, "epsilon": 1, "delta": delta}
+    if method is not None:
+        body["method"] = method
+    r = client.post("/v1/retrieve", json=body, headers=A)
+    assert r.status_code == 422 and "delta must lie in [1e-300, 1)" in r.json()["message"]
+    ok = client.post("/v1/retrieve", json={**body, "delta": 1e-300}, headers=A)
+    assert ok.status_code == 200, ok.text
+    assert client.get("/healthz").json() == {"status": "ok", "ledger": "ok"}
+    assert len(inspect_ledger(client.config.ledger).releases) == 1
+    Service(client.config).close()  # a restarted server starts
+
+
+def test_healthz_is_503_for_a_ledger_holding_an_unreadable_record(client, bank,
+                                                                  monkeypatch):
+    from brace.ledger import Ledger
+
+    r = client.post("/v1/retrieve", json={"queries": _q(bank), "steps": 1, "epsilon": 1.0,
+                                          "method": "global"}, headers=A)
+    assert r.status_code == 200 and client.get("/healthz").status_code == 200
+    db = Ledger.open(client.config.ledger)
+    row = db.raw_rows()[0]
+    with monkeypatch.context() as m:  # written by an earlier version: no check on write
+        m.setattr(Ledger, "_parse_row", lambda self, row: None)
+        with db.transaction():
+            db.append(call_key="x", record={**json.loads(row[3]), "delta": 5e-324},
+                      outputs=np.frombuffer(row[4]).reshape(1, 1, -1), released_counts=None,
+                      centres=np.frombuffer(row[6]).reshape(1, -1),
+                      radii=np.frombuffer(row[7]))
+    db.close()
+    client.service._probe = (-float("inf"), True, "ok")  # no cached answer
+    r = client.get("/healthz")
+    assert r.status_code == 503 and r.json() == {"status": "unavailable",
+                                                 "ledger": "failed its check"}
+    r = client.post("/v1/retrieve", json={"queries": _q(bank, slice(3, 4)), "steps": 1,
+                                          "epsilon": 1.0}, headers=A)
+    assert r.status_code == 503 and r.json()["error"] == "ledger_error"
+
+
+def test_a_409_names_other_analysts_places_to_admins_only(tmp_path, bank, caplog):
+    """Issue reproducer: a 409 answered to an analyst said "The most charged place is
+    around [ 1.7 -0.31]": another analyst's query place."""
+    config = _deploy(tmp_path, bank, budget=3.0)
+    bob = "bob-token-0123456789abcdefghij"
+    Path(config.keys).write_text(f"alice:{ANALYST}:analyst\nbob:{bob}:analyst\n"
+                                 f"root:{hash_token(ADMIN)}:admin\n")
+    service = Service(config)
+    B = {"Authorization": f"Bearer {bob}"}
+    place = [[7.25, -3.5, 0.0, 0.0]]  # alice's query, far from the bank
+    with TestClient(create_app(config, service=service),
+                    raise_server_exceptions=False) as c, caplog.at_level("INFO", "brace.serve"):
+        r = c.post("/v1/retrieve", json={"queries": place, "steps": 2, "epsilon": 1.5},
+                   headers=A)
+        assert r.status_code == 200, r.text
+        big = {"queries": place, "steps": 4, "epsilon": 50.0}
+        answers = {}
+        for who, headers in (("bob", B), ("alice", A), ("root", ROOT)):
+            r = c.post("/v1/retrieve", json=big, headers=headers)
+            assert r.status_code == 409 and r.json()["error"] == "budget_exceeded", r.text
+            answers[who] = r.json()["message"]
+    service.close()
+    assert "most charged place is around [ 7.25 -3.5" in answers["root"]
+    for who in ("bob", "alice"):  # an analyst: the budget, never a place
+        assert "charged place" not in answers[who] and "7.25" not in answers[who]
+        assert "Nothing was released or spent." in answers[who]
+        assert answers[who] == answers["root"].replace(
+            " " + answers["root"][answers["root"].index("The most charged"):
+                                  answers["root"].index(" Nothing was")], "")
+    assert any("most charged place is around [ 7.25" in rec.getMessage()
+               for rec in caplog.records)  # the server's log has it
+
+
 HOSTILE = [
     # (body bytes or JSON, content type, status, words of the message)
     (b'{"queries": [[NaN, 0, 0, 0]], "steps": 1, "epsilon": 1}', None, 400, "NaN"),
@@ -358,7 +434,8 @@ def test_errors_after_admission_and_ledger_errors_say_nothing(client, bank, monk
                                           "epsilon": 1.0}, headers=A)
     assert r.status_code == 503 and r.json()["error"] == "ledger_error"
     assert client.config.ledger not in r.text and "integrity" not in r.text
-    assert client.get("/healthz").status_code == 200  # the metadata is intact
+    r = client.get("/healthz")  # the metadata is intact, a release is not
+    assert r.status_code == 503 and r.json()["ledger"] == "failed its check"
 
 
 @pytest.mark.parametrize("where", ["release_cell_round", "run_plan", "private_seeds"])

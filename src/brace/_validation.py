@@ -22,6 +22,10 @@ __all__ = [
     "check_queries",
     "check_epsilon",
     "check_delta",
+    "PRIVACY_FLOOR",
+    "check_privacy_epsilon",
+    "check_privacy_delta",
+    "check_budget",
     "check_steps",
     "MAX_STEPS",
     "check_positive",
@@ -82,6 +86,52 @@ def check_delta(delta: Any, name: str = "delta") -> float:
     v = _scalar(name, delta)
     if not 0.0 < v < 1.0:
         raise ValueError(f"{name} must lie in (0, 1). Found {v}.")
+    return v
+
+
+#: The smallest ε and δ that a release may ask for, a budget may hold and a ledger
+#: records (``docs/ledger.md``, "What a record holds"): below it a value is subnormal or
+#: nearly so, and ``1/δ`` or ``log(1/δ)/ε`` overflow. The same two checks run before a
+#: call is admitted and when a ledger is read, so nothing is recorded that cannot be read.
+PRIVACY_FLOOR = 1e-300
+
+
+#: The smallest budget ε: the smallest per-query ε a call may ask for
+#: (:data:`brace.accounting.EPSILON_RANGE`); a smaller budget admits nothing.
+BUDGET_EPSILON_MIN = 1e-6
+
+
+def check_privacy_epsilon(epsilon: Any, name: str = "epsilon", *,
+                          lo: float = PRIVACY_FLOOR) -> float:
+    """ε of a release, a budget (``lo = BUDGET_EPSILON_MIN``) or a ledger record:
+    finite and ``≥ lo`` (default ``PRIVACY_FLOOR``)."""
+    v = check_epsilon(epsilon, name)
+    if v < lo:
+        raise ValueError(f"{name} must be at least {lo:g}"
+                         + (" (the smallest epsilon a ledger records)"
+                            if lo == PRIVACY_FLOOR else "") + f". Found {v!r}.")
+    return v
+
+
+def check_budget(budget: Any) -> tuple[float, float]:
+    """A budget ``(ε, δ)``: ``ε`` finite and ``≥ BUDGET_EPSILON_MIN``, ``δ`` in
+    ``[PRIVACY_FLOOR, 1)``. The same check admits a budget and reads it from a ledger."""
+    try:
+        eps, delta = budget
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"budget must be a pair (epsilon, delta), e.g. (8.0, 1e-5). Found {budget!r}."
+        ) from None
+    return (check_privacy_epsilon(eps, "budget epsilon", lo=BUDGET_EPSILON_MIN),
+            check_privacy_delta(delta, "budget delta"))
+
+
+def check_privacy_delta(delta: Any, name: str = "delta") -> float:
+    """δ of a release, a budget or a ledger record: in ``[PRIVACY_FLOOR, 1)``."""
+    v = check_delta(delta, name)
+    if v < PRIVACY_FLOOR:
+        raise ValueError(f"{name} must lie in [{PRIVACY_FLOOR:g}, 1) (the smallest delta a "
+                         f"ledger records; smaller values underflow). Found {v!r}.")
     return v
 
 

@@ -31,10 +31,10 @@ from . import accounting as _acc
 from . import policy as _policy
 from ._validation import (
     check_bool,
-    check_delta,
-    check_epsilon,
     check_int_at_least,
     check_nonnegative,
+    check_privacy_delta,
+    check_privacy_epsilon,
     check_radius_beta,
     check_steps,
 )
@@ -319,8 +319,8 @@ def plan_release(
     noise, noise_rule = resolve_noise(check_noise(noise), check_bool("seeded", seeded))
     budget = epsilon is not None or delta is not None
     if budget:
-        eps = check_epsilon(epsilon)
-        dlt = check_delta(delta)
+        eps = check_privacy_epsilon(epsilon)  # the ranges a ledger records (and reads)
+        dlt = check_privacy_delta(delta)
     T = check_steps(steps)
     kap = check_nonnegative("kappa", kappa, allow_inf=True)
     if accounting not in _acc.ACCOUNTING_RULES:

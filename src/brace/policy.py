@@ -151,7 +151,8 @@ def _gate_rule(eps: float, dl: float, t: int, d: int, n: int, m0: int) -> float:
 def _gate_grid(eps: float, dl: float, n: int) -> tuple[int, np.ndarray]:
     """``m_min = ⌈20·log(1/δ)/ε⌉`` (clipped to ``[2, n]``) and 40 log-spaced gates in
     ``[m_min, n]``."""
-    m0 = int(min(max(math.ceil(GATE_RULE_MARGIN * math.log(1.0 / dl) / eps), 2), max(n, 2)))
+    # -log(δ), not log(1/δ): 1/δ overflows for a subnormal δ
+    m0 = int(min(max(math.ceil(GATE_RULE_MARGIN * -math.log(dl) / eps), 2), max(n, 2)))
     return m0, np.unique(np.round(np.geomspace(m0, max(n, m0), 40)))
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
-from .._validation import check_delta, check_epsilon
+from .._validation import check_budget
 from .accountant import RdpAccountant
 from .events import DpEvent
 from .primitives import rho_from_eps_delta
@@ -110,8 +110,7 @@ class FilterSpec:
         nearest (in ``log(α − 1)``) to the order at which a Gaussian composition that
         spends exactly the budget converts best, ``1 + sqrt(log(1/δ)/ρ)``, and
         ``Δ = δ/2``. A public function of the budget."""
-        eps = check_epsilon(epsilon, "budget epsilon")
-        dl = check_delta(delta, "budget delta")
+        eps, dl = check_budget((epsilon, delta))
         rho = rho_from_eps_delta(eps, dl)
         x_star = math.sqrt(-math.log(dl) / rho)
         dist = np.abs(np.log(ORDERS - 1.0) - math.log(x_star))

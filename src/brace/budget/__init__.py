@@ -7,7 +7,7 @@ state kept in step), :mod:`.snapshot` (the one-shot synopsis) and :mod:`.advice`
 (``affordable_epsilon``, ``recommend``).
 """
 
-from ..ledger_state import LedgerState, inspect_ledger, migrate_json_ledger
+from ..ledger.state import LedgerState, inspect_ledger, migrate_json_ledger
 from .admission import QUERY_DELTA_SHARE, BudgetExceededError
 from .advice import RECOMMEND_GATE, RETRIEVE_MAX_NOISE, Recommendation
 from .facade import ACCOUNTINGS, PrivateMemory, private_synopsis

@@ -17,7 +17,7 @@ from .. import accounting as acc_events
 from ..accounting import eps_from_rho_delta
 from ..accounting.filter import ROUNDING, K, convert
 from ..footprints import reserved_radius, reserved_steps
-from ..ledger_state import plural, weights
+from ..ledger.state import plural, weights
 
 #: default per-query δ of :meth:`PrivateMemory.retrieve`: this share of the budget's δ
 QUERY_DELTA_SHARE = 0.01
@@ -29,12 +29,15 @@ class BudgetExceededError(RuntimeError):
     budget's δ (``requested_total``: what the history would cost with the call at its
     reserved footprints); ``reason`` is ``"epsilon"`` or ``"delta"``;
     ``affordable_epsilon`` is the largest per-query ε of the same call that would fit
-    (0 if none)."""
+    (0 if none); ``place`` is the message's sentence naming where the most charged
+    footprint lies (``""`` if none): a place earlier queries were asked at, which a
+    server shows only to an admin (``docs/deploying.md``)."""
 
     def __init__(self, message: str, *, spent: float, remaining: float,
                  requested_total: float, reason: str = "epsilon",
-                 affordable_epsilon: float = 0.0) -> None:
+                 affordable_epsilon: float = 0.0, place: str = "") -> None:
         super().__init__(message)
+        self.place = place
         self.spent = spent
         self.remaining = remaining
         self.requested_total = requested_total
@@ -108,7 +111,7 @@ class Admission:
                 "(Gaussian conversion of its admissible share).")
             + where + " Nothing was released or spent.",
             spent=before, remaining=left, requested_total=after, reason="epsilon",
-            affordable_epsilon=afford)
+            affordable_epsilon=afford, place=where.strip())
 
     def _affordable(self, q, reserved_w, plan, dlt) -> float:
         """The largest share ``c ∈ [0, 1]`` of the call's reserved weight that the filter

@@ -14,13 +14,13 @@ import numpy as np
 
 from .._validation import (
     check_bool,
-    check_delta,
     check_epsilon,
     check_int_at_least,
+    check_privacy_delta,
     check_queries,
     check_steps,
 )
-from ..ledger_state import weights
+from ..ledger.state import weights
 from ..mechanisms import PRIVATE_METHODS
 from ..plan import plan_release
 from .admission import _PLAN_KW, QUERY_DELTA_SHARE, _largest_fitting
@@ -132,7 +132,7 @@ class Advice:
             raise ValueError(f"method must be one of {PRIVATE_METHODS}; got {method!r}.")
         q, _ = check_queries(queries, self._dim, name="queries")
         T = check_steps(steps)
-        dlt = self._budget[1] * QUERY_DELTA_SHARE if delta is None else check_delta(delta)
+        dlt = self._budget[1] * QUERY_DELTA_SHARE if delta is None else check_privacy_delta(delta)
         plan_kw = {k: kw.pop(k) for k in _PLAN_KW if k in kw}
         if kw:
             raise TypeError(f"affordable_epsilon got unexpected keywords {sorted(kw)}.")

@@ -27,11 +27,16 @@ from typing import Any
 import numpy as np
 
 from .. import ledger as _ledger
-from .._validation import check_delta, check_epsilon, check_queries, check_steps
+from .._validation import (
+    check_budget,
+    check_privacy_delta,
+    check_privacy_epsilon,
+    check_queries,
+    check_steps,
+)
 from ..accounting.filter import FilterSpec, FootprintIndex, convert
 from ..footprints import footprints
-from ..ledger_backend import ledger_class
-from ..ledger_state import check_budget
+from ..ledger.backend import ledger_class
 from ..mechanisms import (
     DIAGNOSTIC_FIELDS,
     PRIVATE_METHODS,
@@ -248,9 +253,10 @@ class PrivateMemory(LedgerSync, Admission, Advice, Snapshots):
             raise TypeError(f"fresh must be a bool; got {fresh!r}.")
         q, _ = check_queries(queries, self._dim, name="queries")
         T = check_steps(steps)
-        eps = check_epsilon(epsilon)
-        dlt = (self._budget[1] * QUERY_DELTA_SHARE if delta is None
-               else check_delta(delta))
+        eps = check_privacy_epsilon(epsilon)  # the ranges a ledger records (and reads)
+        dlt = (check_privacy_delta(self._budget[1] * QUERY_DELTA_SHARE,
+                                   "delta (by default 1 % of the budget's delta)")
+               if delta is None else check_privacy_delta(delta))
         unknown = sorted(set(kw) - set(_PLAN_KW) - {"progress"})
         if unknown:
             raise TypeError(f"PrivateMemory.retrieve got unexpected keyword(s) {unknown}.")

@@ -18,9 +18,9 @@ import numpy as np
 
 from .. import accounting as acc_events
 from .. import ledger as _ledger
-from .._validation import check_epsilon, check_int_at_least
+from .._validation import check_epsilon, check_int_at_least, check_privacy_epsilon
 from ..accounting.filter import convert
-from ..ledger_state import weights
+from ..ledger.state import weights
 from ..projection import ProjectionPlan, check_project, private_projected_seeds
 from ..seeding import SeedingPlan, parse_domain, private_seeds
 from ..synopsis import Synopsis
@@ -51,7 +51,7 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
             pm._check_binding(pm._db.meta)
             pm._sync()
         total = (max(0.0, pm._budget[0] - convert(pm._worst(()), b_delta))
-                 if epsilon is None else check_epsilon(epsilon))
+                 if epsilon is None else check_privacy_epsilon(epsilon))
         if total <= 0.0:
             raise BudgetExceededError(
                 "no budget remains for a snapshot. Nothing was released or spent.",

@@ -16,17 +16,18 @@ from .. import accounting as acc_events
 from .. import ledger as _ledger
 from .._validation import (
     check_bool,
-    check_delta,
     check_epsilon,
     check_int_at_least,
     check_nonnegative,
+    check_privacy_delta,
+    check_privacy_epsilon,
     check_steps,
     rng_and_record,
 )
 from ..accounting import rho_from_eps_delta
 from ..accounting.filter import convert
 from ..footprints import CLEAN_MARGIN, GATE_MARGIN, footprints
-from ..ledger_state import weights
+from ..ledger.state import weights
 from ..mechanisms import DIAGNOSTIC_FIELDS, run_plan
 from ..memory import pins_bank
 from ..plan import plan_release
@@ -190,7 +191,7 @@ class Snapshots:
         if not 0.0 < share < 1.0:
             raise ValueError(f"cell_share must be in (0, 1); got {cell_share!r}.")
         dlt = (self._budget[1] / (4.0 * S.shape[0]) if seed_delta is None
-               else check_delta(seed_delta, "seed_delta"))
+               else check_privacy_delta(seed_delta, "seed_delta"))
         mr = self.radius if merge_radius is None else check_epsilon(merge_radius,
                                                                     "merge_radius")
         r, n, b_delta = self.radius, self._fingerprint["shape"][0], self._budget[1]
@@ -202,7 +203,7 @@ class Snapshots:
                 self._check_binding(self._db.meta)
                 self._sync()
             total = (max(0.0, self._budget[0] - convert(self._worst(()), b_delta))
-                     if epsilon is None else check_epsilon(epsilon))
+                     if epsilon is None else check_privacy_epsilon(epsilon))
             if total <= 0.0:
                 raise BudgetExceededError(
                     "no budget remains for a snapshot. Nothing was released or spent.",

@@ -1,15 +1,17 @@
-"""``brace ledger init | show | migrate | backup | restore``: create a privacy ledger for
-a bank, show a ledger (or what a saved release spends), migrate a JSON ledger of an
-earlier version, copy a ledger safely, also while it is in use (a backup, or a restore)
-(docs/ledger.md). A ledger is an SQLite file or a ``postgresql://`` URL."""
+"""``brace ledger init | show | migrate | backup | restore | repair``: create a privacy
+ledger for a bank, show a ledger (or what a saved release spends), migrate a JSON ledger
+of an earlier version, copy a ledger safely, also while it is in use (a backup, or a
+restore), mend the records an earlier version wrote that cannot be read (docs/ledger.md).
+A ledger is an SQLite file or a ``postgresql://`` URL."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ._args import finite_float, int_at_least
 
-__all__ = ["add_parser", "run_init", "run_show", "run_migrate", "run_copy"]
+__all__ = ["add_parser", "run_init", "run_show", "run_migrate", "run_copy", "run_repair"]
 
 
 def add_parser(sub) -> None:
@@ -62,6 +64,13 @@ def add_parser(sub) -> None:
         cp.add_argument("target", help="the new ledger (file or postgresql:// URL); must "
                         "not exist")
         cp.set_defaults(func=run_copy, copy_kind=name)
+    rp = lsub.add_parser("repair", help="copy a ledger that holds records it cannot read "
+                         "into a new one, mended (docs/ledger.md §7)")
+    rp.add_argument("source", help="the ledger to repair (file or postgresql:// URL); "
+                    "it is not changed")
+    rp.add_argument("target", help="the new, repaired ledger (file or postgresql:// URL); "
+                    "must not exist")
+    rp.set_defaults(func=run_repair)
 
 
 def run_init(args: argparse.Namespace) -> int:
@@ -96,9 +105,11 @@ def run_copy(args: argparse.Namespace) -> int:
     """Carry out ``brace ledger backup`` / ``restore``."""
     from ..budget import inspect_ledger
     from ..ledger import backup_ledger
-    from ..ledger_backend import is_server_url, redact_url
-    from ..ledger_copy import copy_ledger
+    from ..ledger.backend import is_server_url, ledger_class, redact_url
+    from ..ledger.backup import copy_ledger
 
+    for loc in (args.source, args.target):
+        ledger_class(loc)  # a URL of another scheme is refused, never taken for a path
     if is_server_url(args.source) or is_server_url(args.target):
         state = copy_ledger(args.source, args.target)  # rows, verified, either backend
     else:  # two files: SQLite's online backup API, verified, published atomically
@@ -114,10 +125,25 @@ def run_copy(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_repair(args: argparse.Namespace) -> int:
+    """Carry out ``brace ledger repair``."""
+    from ..ledger.backend import redact_url
+    from ..ledger.backup import repair_ledger
+
+    state, fixed = repair_ledger(args.source, args.target)
+    src, dst = (redact_url(x) for x in (args.source, args.target))
+    for line in fixed:
+        print(f"mended {line}")
+    print(f"repaired {src} into {dst}: {len(state.releases)} release(s), chain verified; "
+          f"spent {state.spent_local:.6g} of {state.budget_epsilon:g} (local accounting). "
+          f"{src} was not changed: point the servers at {dst}.")
+    return 0
+
+
 def _is_release(path: str) -> bool:
     from pathlib import Path
 
-    from ..ledger_backend import is_server_url
+    from ..ledger.backend import is_server_url
 
     if is_server_url(path):
         return False
@@ -146,9 +172,15 @@ def run_show(args: argparse.Namespace) -> int:
     from ..results import load_result
 
     if not _is_release(args.file):
-        state = inspect_ledger(args.file)
+        state = inspect_ledger(args.file, unreadable=True)  # names a record it cannot read
         print(dumps_strict(state.to_dict(), indent=2) if args.json
               else state.summary(last=args.last))
+        if state.unreadable:
+            print(f"brace: error: ledger {args.file} holds "
+                  f"{len(state.unreadable)} release(s) it cannot read (listed above); "
+                  f"repair it: brace ledger repair {args.file} NEW (docs/ledger.md §7).",
+                  file=sys.stderr)
+            return 1
         return 0
     res = load_result(args.file)
     if res.privacy is None or not res.is_private:

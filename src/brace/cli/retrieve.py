@@ -48,7 +48,8 @@ def add_parser(sub) -> None:
                    "numpy noise in floating point (its low bits can reveal the data: "
                    "docs/audit.md); docs/deploying.md")
     p.add_argument("--ledger", default=None,
-                   help="privacy ledger file (create it first with 'brace ledger init'): "
+                   help="privacy ledger file or postgresql:// URL (create it first with "
+                   "'brace ledger init'): "
                    "charge the release to its budget; refused if it does not fit "
                    "(default: no ledger)")
     p.add_argument("--ledger-accounting", choices=("local", "global"), default="local",
@@ -120,9 +121,11 @@ def run(args: argparse.Namespace) -> int:
         )
     budget = None
     if args.ledger is not None:
-        from ..ledger import Ledger
+        from ..ledger.backend import ledger_class
 
-        db = Ledger.open(args.ledger, timeout=args.lock_timeout, write=False)
+        # a file or a postgresql:// URL, as 'serve' and 'ledger' take
+        db = ledger_class(args.ledger).open(args.ledger, timeout=args.lock_timeout,
+                                            write=False)
         budget = (db.meta["budget"]["epsilon"], db.meta["budget"]["delta"])
         db.close()
     elif args.fresh:
@@ -160,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     save_result(res, out, include_diagnostics=args.diagnostics, overwrite=args.overwrite)
     print(res.summary(diagnostics=args.diagnostics) if private else res.summary())
     if args.ledger is not None:
-        print(f"ledger {args.ledger}: spent eps = {pm.spent:.6g} of {budget[0]:g} at delta = "
+        print(f"ledger {pm.ledger}: spent eps = {pm.spent:.6g} of {budget[0]:g} at delta = "
               f"{budget[1]:g} ({pm.accounting} accounting, worst pair of neighbouring "
               f"banks); remaining eps = {pm.remaining:.6g}")
     what = "released states" if res.is_private else "states (NOT PRIVATE)"

@@ -7,7 +7,7 @@ import ipaddress
 import os
 import sys
 
-from ..ledger_url import is_server_url
+from ..ledger.url import is_server_url
 from ._args import finite_float, int_at_least
 
 __all__ = ["add_parser", "run"]

@@ -125,9 +125,9 @@ def run(args: argparse.Namespace) -> int:
                 queries = res.queries
         elif args.ledger is not None:  # charged to the budget, then analysed
             from ..budget import PrivateMemory
-            from ..ledger import Ledger
+            from ..ledger.backend import ledger_class
 
-            db = Ledger.open(args.ledger, write=False)
+            db = ledger_class(args.ledger).open(args.ledger, write=False)
             budget = (db.meta["budget"]["epsilon"], db.meta["budget"]["delta"])
             db.close()
             with PrivateMemory(bank, radius=mem.radius_, budget=budget,

@@ -31,7 +31,7 @@ from starlette.routing import Route
 
 from ..budget import BudgetExceededError
 from ..ledger import LedgerError, LedgerLockTimeout
-from ..ledger_backend import LedgerUnavailable
+from ..ledger.backend import LedgerUnavailable
 from .keys import ApiKey
 from .openapi import openapi_document
 from .requests import (
@@ -63,13 +63,19 @@ def _error(status: int, kind: str, message: str, headers: dict[str, str] | None 
                         headers=headers)
 
 
-def _response_for(exc: BaseException, route: str) -> JSONResponse:
-    """The response for an exception; what is not the caller's to know is logged."""
+def _response_for(exc: BaseException, route: str, admin: bool = False) -> JSONResponse:
+    """The response for an exception; what is not the caller's to know is logged (the
+    place of other analysts' queries in a 409 goes to admin keys only)."""
     if isinstance(exc, RequestError):
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         return _error(exc.status, exc.kind, str(exc), headers)
     if isinstance(exc, BudgetExceededError):
-        return _error(409, "budget_exceeded", str(exc), spent=exc.spent,
+        message = str(exc)
+        if exc.place:
+            log.info("%s: 409; %s", route, exc.place)
+            if not admin:  # where earlier queries were asked: not an analyst's to know
+                message = message.replace(" " + exc.place, "")
+        return _error(409, "budget_exceeded", message, spent=exc.spent,
                       remaining=exc.remaining, reason=exc.reason,
                       affordable_epsilon=exc.affordable_epsilon)
     if isinstance(exc, SnapshotExists):
@@ -151,6 +157,7 @@ def create_app(config: ServeConfig, service: Service | None = None) -> Starlette
             raise RequestError(403, "forbidden", f"key {key.name!r} is an analyst's; this "
                                "route needs an admin key.")
         request.state.key = key.name
+        request.state.admin = key.is_admin
         return key
 
     async def json_body(request: Request) -> Any:
@@ -179,7 +186,7 @@ def create_app(config: ServeConfig, service: Service | None = None) -> Starlette
             try:
                 response = await fn(request)
             except Exception as exc:  # every failure is a JSON response, never a traceback
-                response = _response_for(exc, name)
+                response = _response_for(exc, name, getattr(request.state, "admin", False))
             log.debug("%s %s -> %d in %.1f ms (key %s)", request.method, request.url.path,
                       response.status_code, 1e3 * (time.perf_counter() - t0),
                       getattr(request.state, "key", "-"))

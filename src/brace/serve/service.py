@@ -27,7 +27,7 @@ import numpy as np
 from .._io import atomic_write_text, load_npy, strict_json
 from ..budget import BudgetExceededError, PrivateMemory
 from ..ledger import CELLS_METHOD, LedgerError
-from ..ledger_backend import LedgerUnavailable, is_server_url, ledger_class, redact_url
+from ..ledger.backend import LedgerUnavailable, is_server_url, ledger_class, redact_url
 from ..memory import frozen_bank
 from ..synopsis import Synopsis
 from .keys import KeyRing, load_keys
@@ -196,7 +196,7 @@ class _PgStore:
         import psycopg
         from psycopg import sql
 
-        from ..ledger_pg import PgLedger
+        from ..ledger.pg import PgLedger
 
         with self._lock:
             for attempt in (0, 1):
@@ -268,6 +268,7 @@ class Service:
                       if is_server_url(config.ledger) else _FileStore(config.ledger))
         self._synopsis: tuple[str, dict[str, Any], Synopsis] | None = None
         self._probe: tuple[float, bool, str] = (-math.inf, True, "ok")
+        self._verified: tuple[int, str] = (0, "")  # the releases the probe has read
 
     def close(self) -> None:
         self.pm.close()
@@ -359,14 +360,24 @@ class Service:
                 "epsilon": 0.0, "note": "answered from the published synopsis: free"}
 
     def probe(self) -> tuple[bool, str]:
-        """Whether the ledger answers (opened and its metadata verified by a separate
-        connection), at most once a second."""
+        """Whether the ledger answers and reads whole (opened by a separate connection,
+        its metadata and every release verified: those seen before from where the last
+        probe ended), at most once a second."""
         t, ok, what = self._probe
         if time.monotonic() - t < 1.0:
             return ok, what
         try:
             db = ledger_class(self.config.ledger).open(self.config.ledger, timeout=2.0)
-            db.close()
+            try:
+                with db.read_view():
+                    db.refresh_meta()
+                    try:
+                        db.read_since(*self._verified)
+                    except LedgerError:  # restored or replaced meanwhile: read it all
+                        db.read_since(0, "")
+                    self._verified = (db.meta["head"]["count"], db.meta["head"]["mac"])
+            finally:
+                db.close()
             ok, what = True, "ok"
         except LedgerUnavailable:
             ok, what = False, "unavailable"

@@ -5,30 +5,26 @@ event that :class:`brace.PrivateMemory` and these share."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from . import accounting as acc_events
-from . import ledger as _ledger
-from ._validation import check_delta, check_epsilon
-from .accounting.filter import FilterSpec, FootprintIndex, K, convert, event_weights
-from .ledger_backend import ledger_class
+from .. import accounting as acc_events
+from .._validation import check_budget
+from ..accounting.filter import FilterSpec, FootprintIndex, K, convert, event_weights
+from . import record as _ledger
+from .backend import ledger_class
+from .record import JSON_LEDGER_FORMAT, _reject_constant
+from .sqlite import Ledger
 
-__all__ = ["LedgerState", "inspect_ledger", "migrate_json_ledger", "check_budget",
+__all__ = ["LedgerState", "inspect_ledger", "migrate_json_ledger", "read_json_ledger",
+           "check_budget",
            "plural", "weights"]
-
-
-def check_budget(budget: Any) -> tuple[float, float]:
-    try:
-        eps, delta = budget
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"budget must be a pair (epsilon, delta), e.g. (8.0, 1e-5). Found {budget!r}."
-        ) from None
-    return check_epsilon(eps, "budget epsilon"), check_delta(delta, "budget delta")
 
 
 def plural(n: int, word: str, plural: str | None = None) -> str:
@@ -62,6 +58,10 @@ class LedgerState:
     releases: tuple[dict[str, Any], ...]
     spent_local: float
     spent_global: float
+    #: ``(id, why)`` of each release whose chain verifies but whose record cannot be
+    #: read (written by an earlier version; ``docs/ledger.md``, "Repairing a ledger"):
+    #: left out of the spend, which is then a lower bound
+    unreadable: tuple[tuple[int, str], ...] = ()
 
     @property
     def remaining(self) -> float:
@@ -77,6 +77,7 @@ class LedgerState:
             "spent_local_epsilon": _finite(self.spent_local),
             "spent_global_epsilon": _finite(self.spent_global),
             "remaining_epsilon": self.remaining, "at_delta": self.budget_delta,
+            "unreadable": [{"release": i, "reason": why} for i, why in self.unreadable],
         }
 
     def summary(self, last: int = 20) -> str:
@@ -88,7 +89,8 @@ class LedgerState:
             f"{fp.get('dtype')}, radius {fp.get('radius')}",
             f"  budget           : ({self.budget_epsilon:g}, {self.budget_delta:g})-DP over "
             "the whole adaptive history (privacy filter, docs/privacy-accounting.md §12)",
-            f"  releases         : {len(self.releases)}",
+            f"  releases         : {len(self.releases)}" + (
+                f" readable, {len(self.unreadable)} unreadable" if self.unreadable else ""),
         ]
         shown = self.releases[-last:]
         first = len(self.releases) - len(shown) + 1
@@ -118,6 +120,14 @@ class LedgerState:
             f"{self.budget_delta:g} (every step charged to every row)",
             f"  remaining        : eps = {self.remaining:.6g} of {self.budget_epsilon:g}",
         ]
+        for i, why in self.unreadable:
+            lines.append(f"  UNREADABLE       : release {i}: {why}")
+        if self.unreadable:
+            lines.append(
+                f"  the spend above leaves out {plural(len(self.unreadable), 'release')} "
+                "it cannot read: it is a lower bound, and no process can use this ledger "
+                "until it is repaired: 'brace ledger repair' (docs/ledger.md, "
+                "§7, \"Repairing a ledger\").")
         return "\n".join(lines)
 
 
@@ -125,14 +135,18 @@ def _finite(v: float) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def inspect_ledger(path: str | os.PathLike, *, ledger_key: bytes | str | None = None
-                   ) -> LedgerState:
-    """Read and verify a ledger without its bank (:class:`LedgerState`)."""
+def inspect_ledger(path: str | os.PathLike, *, ledger_key: bytes | str | None = None,
+                   unreadable: bool = False) -> LedgerState:
+    """Read and verify a ledger without its bank (:class:`LedgerState`). With
+    ``unreadable``, a release whose chain verifies but whose record cannot be read is
+    listed in :attr:`LedgerState.unreadable` (and left out of the spend) instead of
+    raised: ``brace ledger show`` names it."""
     db = ledger_class(path).open(path, key=ledger_key, write=False)
+    bad: list[tuple[int, str]] | None = [] if unreadable else None
     try:
         with db.read_view():  # the head and the rows of one moment
             db.refresh_meta()
-            rows = db.read_since(0, "")
+            rows = db._verify_chain(db.raw_rows(), 0, "", bad)
         meta, where = db.meta, str(db.path)  # a URL without its password
     finally:
         db.close()
@@ -149,7 +163,8 @@ def inspect_ledger(path: str | os.PathLike, *, ledger_key: bytes | str | None = 
     return LedgerState(
         where, dict(meta["fingerprint"]), float(b["epsilon"]), delta,
         dict(meta["filter"]), str(meta["created"]), tuple(r.record for r in rows),
-        convert(index.worst_pair(), delta), convert(index.global_weights(), delta))
+        convert(index.worst_pair(), delta), convert(index.global_weights(), delta),
+        tuple(bad or ()))
 
 
 #: a migrated release is recorded as one footprint (and one output row) per step: at most
@@ -170,7 +185,7 @@ def migrate_json_ledger(source: str | os.PathLike, target: str | os.PathLike, *,
     :data:`MAX_MIGRATED_COORDINATES` steps × d), and the new ledger is built in a
     temporary file (SQLite) or in one transaction (PostgreSQL) published only when
     complete: a failed migration leaves nothing at ``target``."""
-    old = _ledger.read_json_ledger(source)
+    old = read_json_ledger(source)
     b = old["budget"]
     budget = check_budget((b.get("epsilon"), b.get("delta")))
     spec = dataclasses.asdict(FilterSpec.for_budget(*budget))
@@ -205,7 +220,7 @@ def migrate_json_ledger(source: str | os.PathLike, target: str | os.PathLike, *,
         _ledger._check_record(new, f"JSON ledger {source}, release {i}")
         rows.append((i, new, int(count)))
 
-    def fill(db: _ledger.Ledger) -> None:  # inside the creating transaction
+    def fill(db: Ledger) -> None:  # inside the creating transaction
         for i, new, c in rows:
             db.append(call_key=f"migrated:{i}", record=new,
                       outputs=np.zeros((c, 1, dim)), released_counts=None,
@@ -216,3 +231,27 @@ def migrate_json_ledger(source: str | os.PathLike, target: str | os.PathLike, *,
     ledger_class(target).create(target, fingerprint=fp, budget=budget, filter_spec=spec,
                                 key=ledger_key, fill=fill).close()
     return inspect_ledger(target, ledger_key=ledger_key)
+
+
+def read_json_ledger(path: str | os.PathLike) -> dict[str, Any]:
+    """Read and verify a ledger of the earlier JSON format (``brace-ledger/1``) for
+    migration: ``{"fingerprint", "budget", "created", "releases"}``."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"), parse_constant=_reject_constant)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise _ledger.LedgerError(f"cannot read JSON ledger {p}: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("format") != JSON_LEDGER_FORMAT:
+        raise _ledger.LedgerError(f"{p} is not a JSON ledger ({JSON_LEDGER_FORMAT}).")
+    body = {k: v for k, v in doc.items() if k != "checksum"}
+    blob = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    if doc.get("checksum") != hashlib.sha256(blob.encode()).hexdigest():
+        raise _ledger.LedgerError(f"JSON ledger {p} fails its checksum; it was not migrated.")
+    try:
+        rel = doc["releases"]
+        if not isinstance(rel, list):
+            raise _ledger.LedgerError(f"JSON ledger {p}: 'releases' must be a list.")
+        return {"fingerprint": dict(doc["fingerprint"]), "budget": dict(doc["budget"]),
+                "created": str(doc["created"]), "releases": rel}
+    except (KeyError, TypeError) as exc:
+        raise _ledger.LedgerError(f"JSON ledger {p} lacks a required field: {exc}.") from None

@@ -1,43 +1,29 @@
-"""The privacy ledger in PostgreSQL: one budget for server processes on several hosts.
+"""The privacy ledger in PostgreSQL: one budget for server processes on several hosts
+(``docs/ledger.md`` §9, which gives the reasons for each choice below).
 
 The same schema (tables ``meta`` and ``releases``), records, validation, chain and MAC
-as the SQLite ledger (:mod:`brace.ledger`, ``docs/ledger.md``); only the storage and
-the lock differ. ``ledger="postgresql://user@host:port/db"`` (psycopg 3; libpq's URL,
-so ``?options=-csearch_path%3Dname`` puts the tables in schema ``name``: one ledger per
+as the SQLite ledger (:mod:`brace.ledger.record`, :mod:`brace.ledger.chain`); only the
+storage and the lock differ. ``ledger="postgresql://user@host:port/db"`` (psycopg 3;
+``?options=-csearch_path%3Dname`` puts the tables in schema ``name``: one ledger per
 schema).
 
-**Serialising writers.** A release runs as one transaction (``READ COMMITTED``) that
-first takes the row locks of the metadata, the chain's head among them (``SELECT …
-FROM meta ORDER BY key FOR UPDATE``, waiting at most ``timeout`` seconds:
-``lock_timeout``), then reads what
-others committed, prices, computes, inserts the release, rewrites the head and commits
-— before the release is returned. Every writer of a ledger updates its head row, so
-two transactions that both write a release are serialised by that lock, whichever host
-they run on; in ``READ COMMITTED`` every statement after the lock sees everything
-committed before it was granted. Chosen over ``SERIALIZABLE`` with retries (a retry
-would discard a computed release and redo the computation, and under contention for one
-budget most transactions would be retried) and over an advisory lock (a number in a
-namespace shared with every other application on the database; the row lock is the
-ledger's own and also makes a hand-made ``UPDATE`` of the head wait). PostgreSQL frees
-the lock at commit, rollback, or when the connection dies (a killed process).
-
-**Durability.** Every session sets ``synchronous_commit = on`` (a commit returns after
-its WAL is flushed), and a server with ``fsync = off`` is refused: there a crash could
-lose a committed — returned — release.
-
-**Unavailable server.** A connection that fails (server down, restarting, network) is
-a :class:`LedgerUnavailable` (a :class:`~brace.ledger.LedgerError`); nothing is
-released. The next call reconnects. A commit whose acknowledgement is lost may have
-recorded a release that nobody received (safe: spent, not served).
+* **Writers serialised** by the metadata's row locks: a release runs as one ``READ
+  COMMITTED`` transaction that first locks every meta row, the chain's head among them
+  (``SELECT … FROM meta ORDER BY key FOR UPDATE``, at most ``timeout`` seconds:
+  ``lock_timeout``), then reads, prices, computes, inserts, rewrites the head and
+  commits before the release is returned (not ``SERIALIZABLE`` with retries, not an
+  advisory lock). PostgreSQL frees the lock at commit, rollback or a dead connection.
+* **Durable**: ``synchronous_commit = on``; a server with ``fsync = off`` is refused.
+* **Unavailable server**: a failed connection is :class:`LedgerUnavailable` (a
+  :class:`~brace.ledger.LedgerError`), nothing is released, the next call reconnects;
+  a commit whose acknowledgement is lost may have recorded a release nobody received
+  (safe: spent, not served).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
-import os
-import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -46,8 +32,8 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
 
-from .ledger import (
-    Ledger,
+from .pgconn import _first_line, connect
+from .record import (
     LedgerError,
     LedgerLockTimeout,
     ReleaseRow,
@@ -56,7 +42,8 @@ from .ledger import (
     ledger_key_from_env,
     new_meta,
 )
-from .ledger_url import LedgerUnavailable, redact_url
+from .sqlite import Ledger
+from .url import LedgerUnavailable, redact_url
 
 __all__ = ["PgLedger", "LedgerUnavailable"]
 
@@ -75,11 +62,6 @@ class _Rows:
 
     def fetchall(self) -> list[tuple[str, str]]:
         return self._rows
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 class PgLedger(Ledger):
@@ -114,42 +96,7 @@ class PgLedger(Ledger):
         }
 
     # ------------------------------------------------------------------------------
-    @staticmethod
-    def _pg_connect(url: str, timeout: float) -> tuple[psycopg.Connection, str]:
-        where = redact_url(url)
-        try:
-            conn = psycopg.connect(
-                url, autocommit=True,
-                connect_timeout=max(2, min(10, math.ceil(timeout or 10))),
-                application_name=f"brace pid {os.getpid()} on {socket.gethostname()}"[:63])
-        except psycopg.OperationalError as exc:
-            raise LedgerUnavailable(
-                f"cannot reach the ledger's database {where}: {_first_line(exc)}. Nothing "
-                "was released or spent; retry when it is up.") from None
-        except psycopg.Error as exc:
-            raise LedgerError(f"ledger URL {where}: {_first_line(exc)}") from None
-        try:
-            conn.execute("SET synchronous_commit TO on")
-            fsync = conn.execute("SHOW fsync").fetchone()[0]
-            schema = conn.execute("SELECT current_schema()").fetchone()[0]
-        except psycopg.OperationalError as exc:
-            conn.close()
-            raise LedgerUnavailable(f"ledger {where}: {_first_line(exc)}") from None
-        except psycopg.Error as exc:
-            conn.close()
-            raise LedgerError(f"ledger {where}: {_first_line(exc)}") from None
-        if fsync != "on":
-            conn.close()
-            raise LedgerError(
-                f"ledger {where}: the PostgreSQL server runs with fsync = {fsync}: a crash "
-                "could lose a committed release that was already returned. A ledger "
-                "needs fsync = on.")
-        if schema is None:
-            conn.close()
-            raise LedgerError(
-                f"ledger {where}: no schema of the search_path exists (a schema named in "
-                "options=-csearch_path=... must be created first: CREATE SCHEMA name).")
-        return conn, schema
+    _pg_connect = staticmethod(connect)  # (serve's synopsis store uses it too)
 
     def _tables(self) -> int:
         return self._conn.execute(
@@ -416,7 +363,7 @@ class PgLedger(Ledger):
         return parsed.outputs, parsed.released_counts
 
     # ------------------------------------------------------------------------------
-    # raw rows, for copies (brace.ledger_copy)
+    # raw rows, for copies (brace.ledger.backup)
     def raw_rows(self) -> list[tuple]:
         """Every release row as stored (inside :meth:`read_view`)."""
         with self._guard():
