@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .._io import atomic_write_text, load_npy, strict_json
-from ..budget import BudgetExceededError, PrivateMemory
+from ..budget import AdmittedCallFailed, BudgetExceededError, PrivateMemory
 from ..ledger import CELLS_METHOD, LedgerError
 from ..ledger_backend import LedgerUnavailable, is_server_url, ledger_class, redact_url
 from ..memory import frozen_bank
@@ -98,8 +98,8 @@ class ServedMemory(PrivateMemory):
     def _hiding(fn: Any, /, *args: Any, **kw: Any) -> Any:
         try:
             return fn(*args, **kw)
-        except (BudgetExceededError, LedgerError):
-            raise
+        except (BudgetExceededError, LedgerError, AdmittedCallFailed):
+            raise  # the last: charged, its message fixed (the cause is logged only)
         except Exception as exc:
             raise ReleaseFailed("the release failed after it was admitted; nothing was "
                                 "released or spent.") from exc
