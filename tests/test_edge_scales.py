@@ -353,3 +353,100 @@ def test_seeded_snapshot_at_the_cell_radius_extremes(rc, tmp_path):
                            (np.asarray(ra["params"]["noisy_counts"])
                             - np.asarray(rb["params"]["noisy_counts"])) * rc])
     assert 0 < np.linalg.norm(diff) <= ra["params"]["sensitivity"] * (1 + 1e-9)
+
+
+# --- a failure after admission keeps its charge -----------------------------------------------
+
+
+def _boom(*a, **k):
+    raise RuntimeError("a data-dependent failure")
+
+
+def _bank():
+    rng = np.random.default_rng(9)
+    return np.clip(rng.normal(size=(120, 3)) * 0.4, -1.5, 1.5)
+
+
+SNAPSHOTS = {  # (what fails after admission, the call)
+    "seedless": ("brace.seeding.release_radii",
+                 lambda pm: pm.snapshot(bounds=(-2, 2), epsilon=2.0, seed=1)),
+    "projected": ("brace.projection.top_directions",
+                  lambda pm: pm.snapshot(bounds=(-2, 2), project=1, epsilon=2.0, seed=1)),
+    "seeded": ("brace.budget.snapshot.release_cell_round",
+               lambda pm: pm.snapshot(np.zeros((2, 3)), epsilon=2.0, seed=1)),
+    "seeded-steps": ("brace.budget.snapshot.run_plan",
+                     lambda pm: pm.snapshot(np.zeros((2, 3)), steps=2, epsilon=2.0, seed=1)),
+    "retrieve": ("brace.budget.facade.run_plan",
+                 lambda pm: pm.retrieve(np.zeros((2, 3)), steps=2, epsilon=1.0, seed=1)),
+}
+
+
+@pytest.mark.parametrize("ledger", [False, True])
+@pytest.mark.parametrize("what", list(SNAPSHOTS))
+def test_a_failure_after_admission_keeps_its_charge_and_says_so(what, ledger, tmp_path,
+                                                                monkeypatch):
+    """Each path, failing after admission: :class:`AdmittedCallFailed` (a fixed message
+    that says the budget was charged; the cause chained), the admitted charge recorded —
+    the same as the successful call's under global accounting — and, with a ledger,
+    still there when the ledger is reopened. A later identical call is not a free
+    repeat of the failed one."""
+    from brace.budget import AdmittedCallFailed, inspect_ledger
+
+    target, call = SNAPSHOTS[what]
+    ok = PrivateMemory(_bank(), radius=0.5, budget=(20.0, 1e-5), accounting="global")
+    call(ok)
+    path = tmp_path / "l.sqlite"
+    kw = dict(ledger=path, create=True) if ledger else {}
+    pm = PrivateMemory(_bank(), radius=0.5, budget=(20.0, 1e-5), accounting="global", **kw)
+    with monkeypatch.context() as m:
+        m.setattr(target, _boom)
+        with pytest.raises(AdmittedCallFailed, match="budget was charged") as e:
+            call(pm)
+    assert isinstance(e.value.__cause__, Exception)
+    assert "data-dependent" not in str(e.value)
+    assert ok.spent > 0 and pm.spent == pytest.approx(ok.spent, rel=1e-12)
+    assert all(r["params"].get("failed") for r in pm.releases)
+    if ledger:
+        rows = len(pm.releases)
+        pm.close()
+        again = PrivateMemory(_bank(), radius=0.5, budget=(20.0, 1e-5),
+                              accounting="global", ledger=path)
+        assert again.spent == pytest.approx(ok.spent, rel=1e-12)
+        assert len(inspect_ledger(path).releases) == rows == len(again.releases)
+        assert "failed" in inspect_ledger(path).releases[-1]["params"]
+        pm = again
+    before = pm.spent
+    call(pm)  # admitted and paid again: the failed call left nothing to repeat
+    assert pm.spent > before
+
+
+def test_local_accounting_charges_a_failed_retrieval_its_reserved_footprints(monkeypatch):
+    """Local accounting: the failed call is charged at its reserved balls (at least what
+    the successful call's footprints cost), and nothing far from them."""
+    from brace.budget import AdmittedCallFailed
+
+    q = np.zeros((1, 3))
+    ok = PrivateMemory(_bank(), radius=0.5, budget=(20.0, 1e-5))
+    ok.retrieve(q, steps=2, epsilon=1.0, seed=1)
+    pm = PrivateMemory(_bank(), radius=0.5, budget=(20.0, 1e-5))
+    monkeypatch.setattr("brace.budget.facade.run_plan", _boom)
+    with pytest.raises(AdmittedCallFailed):
+        pm.retrieve(q, steps=2, epsilon=1.0, seed=1)
+    assert pm.spent >= ok.spent > 0
+    assert pm.spent_at(np.full((1, 3), 50.0))[0] == 0.0
+
+
+def test_the_service_passes_a_charged_failure_through(monkeypatch):
+    """:class:`ServedMemory` hides what failed, but not that the call was charged."""
+    pytest.importorskip("starlette")
+    from brace.budget import AdmittedCallFailed
+    from brace.serve.service import ServedMemory
+
+    pm = ServedMemory(_bank(), radius=0.5, budget=(20.0, 1e-5))
+    monkeypatch.setattr("brace.budget.facade.run_plan", _boom)
+    monkeypatch.setattr("brace.seeding.release_radii", _boom)
+    with pytest.raises(AdmittedCallFailed):
+        pm.retrieve(np.zeros((1, 3)), steps=1, epsilon=1.0, seed=1)
+    with pytest.raises(AdmittedCallFailed):
+        pm.snapshot(bounds=(-2, 2), epsilon=1.0)
+    assert pm.spent > 0
