@@ -181,8 +181,11 @@ class Admission:
 
     def _after_admission(self, fn: Any, /, *args: Any, **kw: Any) -> Any:
         """``fn(*args, **kw)``: a part of an admitted call that reads the bank (a hook:
-        :class:`brace.serve.ServedMemory` hides what an error there says)."""
-        return fn(*args, **kw)
+        :class:`brace.serve.ServedMemory` hides what an error there says), under a fixed
+        floating-point error state: no caller's ``np.seterr`` turns a data-dependent
+        underflow into an error, and no data-dependent warning is printed."""
+        with np.errstate(all="ignore"):
+            return fn(*args, **kw)
 
 
 

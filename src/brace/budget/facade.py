@@ -290,7 +290,9 @@ class PrivateMemory(LedgerSync, Admission, Advice, Snapshots):
         # the admitted charge, before the bank is read: recorded if the call fails
         charge = self._charge_row(plan, q, T, eps, dlt, method, reserved, key)
         try:
-            res = run_plan(self._memory, q, plan, seed=seed, progress=kw.get("progress"))
+            with np.errstate(all="ignore"):  # as _after_admission: the library's state
+                res = run_plan(self._memory, q, plan, seed=seed,
+                               progress=kw.get("progress"))
             fp = footprints(plan, q, res.outputs)
             record = self._record(method, q, T, eps, dlt, plan, res)
             counts = getattr(res, "released_counts", None)
