@@ -450,3 +450,28 @@ def test_the_service_passes_a_charged_failure_through(monkeypatch):
     with pytest.raises(AdmittedCallFailed):
         pm.snapshot(bounds=(-2, 2), epsilon=1.0)
     assert pm.spent > 0
+
+
+@pytest.mark.parametrize("rc", [LO, 2.0**-200, 2.0**300])
+def test_far_rows_change_nothing_at_the_cell_radius_extremes(rc):
+    """Local accounting, a seeded snapshot at a tiny or large cell radius (bank, seeds
+    and radius scaled with it): a row far outside every footprint, moved to another far
+    place, changes no released bit and is charged nothing; a row moved inside changes
+    the release."""
+    rng = np.random.default_rng(13)
+    S = np.array([[0.0, 0.0], [3.0, 0.0]]) * rc
+    X = S[rng.integers(0, 2, 60)] + rng.normal(size=(60, 2)) * 0.4 * rc
+    X[-1] = [-1e6 * rc, 1e6 * rc]  # far from every footprint in both banks
+    place = np.array([[1e6, -1e6]]) * rc
+    far = X.copy()
+    far[-1] = place[0]
+    near = X.copy()
+    near[0] = S[1] + 0.5 * rc
+    out = []
+    for B in (X, far, near):
+        pm = PrivateMemory(B, radius=rc, budget=(20.0, 1e-5), accounting="local")
+        out.append((pm.snapshot(S, cell_radius=rc, rounds=2, epsilon=10.0, seed=5), pm))
+    (a, pm), (b, _), (c, _) = out
+    assert np.array_equal(a.attractors, b.attractors) and np.array_equal(a.counts, b.counts)
+    assert not np.array_equal(a.attractors, c.attractors)
+    assert pm.spent_at(place)[0] == 0.0 and pm.spent_at(S[:1])[0] > 0.0

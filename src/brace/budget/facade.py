@@ -359,7 +359,7 @@ def private_synopsis(bank: Any, *, epsilon: float, delta: float, seeds: Any = No
         if dim < 1:
             raise ValueError("bank must be a 2-D array (n, d).")
         # a public placeholder (nothing is released with it); replaced below
-        radius = parse_domain(kw.get("bounds"), kw.get("ball"), dim).radius
+        radius = min(parse_domain(kw.get("bounds"), kw.get("ball"), dim).radius, 2.0**400)
         rule = "private scale"
     pm = PrivateMemory(bank, radius=radius, beta=beta, budget=(epsilon, delta),
                        accounting="global")

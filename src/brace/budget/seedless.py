@@ -4,7 +4,9 @@ release, the radii releases and the Voronoi rounds (with ``project``, also the
 second-moment release, §15.1), every one at the whole space (a row anywhere is clipped
 into the domain and read) — before the bank is read, then run by
 :func:`brace.seeding.private_seeds` (:func:`brace.projection.private_projected_seeds`)
-and recorded as ``synopsis-cells`` rows."""
+and recorded as ``synopsis-cells`` rows. The charge is fixed before the bank is read: if
+anything after admission fails, it is recorded as it is (rows with ``params["failed"]``)
+and :class:`~brace.budget.admission.AdmittedCallFailed` is raised."""
 
 from __future__ import annotations
 

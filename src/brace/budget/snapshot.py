@@ -132,9 +132,11 @@ class Snapshots:
             unmoved, instead of being dropped (default False). With seeds taken from
             public data, the synopsis then never has fewer attractors than the seeds
             that merge into them: at worst it is the public seeds themselves.
-        cell_radius : radius ``r_c`` of the cells (default ``r``; public). Larger cells
-            hold more rows each, so their noisy means are more accurate, at a coarser
-            summary; the sensitivity is about ``2·r_c``.
+        cell_radius : radius ``r_c`` of the cells (default ``r``; public, in
+            ``[2^-400, 2^400]``). Larger cells hold more rows each, so their noisy means
+            are more accurate, at a coarser summary; the sensitivity is about ``2·r_c``.
+        rounds : the number of cell (Voronoi) rounds, at most 64
+            (``seeding.MAX_ROUNDS``; default 2 with seeds, chosen by the budget without).
         min_count : noisy-count threshold (default: the count noise's std times
             ``sqrt(2·log(4k))`` for ``k`` cells, so an empty cell survives with
             probability below about ``1/(4k)``).
@@ -146,7 +148,11 @@ class Snapshots:
         **kw : ``release``, ``kappa``, ``gamma`` as in :meth:`retrieve`.
 
         Raises :class:`BudgetExceededError` before the bank is read if no snapshot of
-        this shape fits.
+        this shape fits, and ``ValueError`` for a public scale outside its stated range
+        (the domain's size in ``[2^-400, 2^400]``, ``cell_radius``, ``rounds``). A
+        failure after admission keeps the admitted charge and raises
+        :class:`~brace.budget.admission.AdmittedCallFailed`
+        (``docs/privacy-accounting.md`` §14–§15).
         """
         if method not in ("brace", "global"):
             raise ValueError(f"snapshot method must be 'brace' or 'global'; got {method!r}.")
