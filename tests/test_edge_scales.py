@@ -171,6 +171,16 @@ def test_cell_radii_outside_the_range_are_refused_before_admission(rc):
     assert pm.spent == 0.0
 
 
+@pytest.mark.parametrize("s", [1e300, 2.0**401])
+def test_seeds_outside_the_bank_range_are_refused_before_admission(s):
+    """Seeds are public: one beyond ``|x| ≤ 2^400`` made every cell round's squared
+    distances overflow after admission (the same for every bank: public, but late)."""
+    pm = PrivateMemory(np.zeros((20, 2)), radius=1.0, budget=(10.0, 1e-5))
+    with pytest.raises(ValueError, match=r"seeds must lie within .*2\^400"):
+        pm.snapshot(np.array([[s, 0.0]]), epsilon=1.0, seed=0)
+    assert pm.spent == 0.0 and pm.releases == ()
+
+
 def test_rounds_are_capped_before_admission_on_both_paths():
     """``rounds=10**6`` hung in pricing; now refused at once, as steps are."""
     pm = PrivateMemory(np.zeros((20, 2)), radius=1.0, budget=(10.0, 1e-5))

@@ -26,6 +26,7 @@ from .._validation import (
 from ..accounting import rho_from_eps_delta
 from ..accounting.filter import convert
 from ..footprints import CLEAN_MARGIN, GATE_MARGIN, footprints
+from ..gates.contract import MAX_COORD
 from ..ledger_state import weights
 from ..mechanisms import DIAGNOSTIC_FIELDS, run_plan
 from ..memory import pins_bank
@@ -194,6 +195,11 @@ class Snapshots:
         check_bool("keep_seeds", keep_seeds)
         S = public_seeds(seeds, self._dim, self.radius, bounds=bounds,
                          public_seed=public_seed)
+        if not np.all(np.abs(S) <= MAX_COORD[np.dtype(np.float64)]):  # public: refused now
+            raise ValueError("seeds must lie within the bank's input range |x| <= 2^400 "
+                             "(about 2.6e120) per coordinate, so that no squared distance "
+                             "of a cell round can overflow after admission "
+                             "(docs/privacy.md §8).")
         share = float(cell_share)
         if not 0.0 < share < 1.0:
             raise ValueError(f"cell_share must be in (0, 1); got {cell_share!r}.")
