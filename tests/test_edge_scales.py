@@ -388,6 +388,9 @@ SNAPSHOTS = {  # (what fails after admission, the call)
                      lambda pm: pm.snapshot(np.zeros((2, 3)), steps=2, epsilon=2.0, seed=1)),
     "retrieve": ("brace.budget.facade.run_plan",
                  lambda pm: pm.retrieve(np.zeros((2, 3)), steps=2, epsilon=1.0, seed=1)),
+    "retrieve-endpoint": ("brace.budget.facade.run_plan",
+                          lambda pm: pm.retrieve(np.zeros((2, 3)), steps=3, epsilon=1.0,
+                                                 seed=1, method="endpoint")),
 }
 
 
