@@ -392,3 +392,31 @@ def test_recommend_advises_a_private_subspace_where_it_affords_more_cells():
     flat = PrivateMemory(low, radius=0.5, budget=(1.0, 1e-5), accounting="global")
     rec = flat.recommend(1000, public_rows=50)
     assert rec.use == "snapshot" and rec.project is None  # the full space affords more
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), d=st.integers(2, 5), n=st.integers(1, 15),
+       size=st.sampled_from([2.0**-400, 2.0**399]),
+       cp_at=st.sampled_from([0.75 * 2.0**-12, 0.75]),
+       where=st.sampled_from(["inside", "sphere", "outside", "far", "subnormal"]))
+def test_moments_sensitivity_holds_at_the_range_extremes(seed, d, n, size, cp_at, where):
+    """Lemma 14 at the smallest and largest domain size and at both ends of the clip's
+    range ``c_p ∈ [0.75·R₀·2^-12, 0.75·R₀]`` (issue 37: in a domain of ±2^-520.6 the
+    grid's ``g²`` underflowed to 0)."""
+    rng = np.random.default_rng(seed)
+    domain = sd.parse_domain(None, (np.zeros(d), size), d)
+    clip = cp_at * domain.radius
+    assert pj.CLIP_RANGE[0] <= clip <= pj.CLIP_RANGE[1]
+    mean = domain.clip(rng.uniform(-1, 1, (1, d)) * domain.radius / math.sqrt(d))[0]
+    bits = pj.moments_bits(n, float(rng.uniform(1e-6, 1e3)))
+    assert (clip * 2.0**-bits) ** 2 > 2.0**-1022  # g² is normal
+    X = domain.clip(mean + rng.normal(size=(n, d)) * clip)
+    u = rng.normal(size=d)
+    u /= np.linalg.norm(u)
+    Xp = X.copy()
+    Xp[int(rng.integers(0, n))] = {
+        "inside": mean + clip * float(rng.uniform(0, 1)) * u,
+        "sphere": mean + clip * (1 + float(rng.choice([-1, 0, 1])) * 1e-15) * u,
+        "outside": mean + clip * float(rng.uniform(1, 5)) * u,
+        "far": mean + 1e250 * u, "subnormal": np.full(d, 5e-324)}[where]
+    assert _exact_change(X, Xp, domain, mean, clip, bits) <= 2 * 16**bits

@@ -461,3 +461,34 @@ def test_a_domain_beyond_the_bank_range_is_refused_before_anything_is_spent():
     with np.errstate(all="raise"):
         syn = wide.snapshot(bounds=(-B, B), epsilon=1e-3, seed=1)
     assert np.all(np.isfinite(syn.attractors))
+
+
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), k=st.integers(1, 4), d=st.integers(1, 5),
+       n=st.integers(1, 15), size=st.sampled_from([2.0**-400, 2.0**399]),
+       clip_at=st.sampled_from([2.0**-48, 2.0**-12, 1.0, 2.0]),
+       where=st.sampled_from(["inside", "sphere", "outside", "far", "subnormal"]))
+def test_voronoi_round_sensitivity_holds_at_the_range_extremes(seed, k, d, n, size,
+                                                               clip_at, where):
+    """Lemma 11 at the smallest and largest domain size (``R₀ ∈ [2^-400, 2^400]``) and
+    clips from the floor ``R₀·2^-48`` to ``2R₀``: the stated range of every clip a
+    snapshot uses (issue 37: below it ``clip²`` underflowed and the round moved 32.8×
+    its sensitivity)."""
+    rng = np.random.default_rng(seed)
+    domain = sd.parse_domain(None, (np.zeros(d), size), d)
+    R0 = domain.radius
+    clip = clip_at * R0
+    C = domain.clip(rng.uniform(-1, 1, (k, d)) * R0 / math.sqrt(d))
+    c = C[int(rng.integers(0, k))]
+    X = domain.clip(c + rng.normal(size=(n, d)) * clip)
+    unit = sd.voronoi_unit(clip, n, float(rng.uniform(1e-6, 1e3)))
+    u = rng.normal(size=d)
+    u /= np.linalg.norm(u)
+    Xp = X.copy()
+    Xp[int(rng.integers(0, n))] = {
+        "inside": c + clip * float(rng.uniform(0, 1)) * u,
+        "sphere": c + clip * (1 + float(rng.choice([-1, 0, 1])) * 1e-15) * u,
+        "outside": c + clip * float(rng.uniform(1, 5)) * u,
+        "far": c + 1e250 * u, "subnormal": np.full(d, 5e-324)}[where]
+    bound = sd.voronoi_sensitivity(clip, unit, d) / unit
+    assert _moved_units(X, Xp, C, clip, unit, domain) <= bound

@@ -11,6 +11,7 @@ act), never in answer to a query.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -215,3 +216,36 @@ def test_cli_outcomes_do_not_depend_on_far_rows(tmp_path, capsys):
     for name, row in OUT_OF_RANGE.items():
         rc, err = run(_neighbour(X, row), name)
         assert rc == 2 and "out-of-range" in err and "Traceback" not in err, (name, err)
+
+
+# the snapshots at the edges of their stated ranges (issue 37): the smallest and largest
+# domain, with and without the projection, and the smallest and largest cell radius
+EDGE_SNAPSHOTS = {
+    "seedless-smallest": dict(bounds=(-(2.0**-400), 2.0**-400)),
+    "seedless-largest": dict(bounds=(-(2.0**399), 2.0**399)),
+    "projected-smallest": dict(bounds=(-(2.0**-400), 2.0**-400), project=1),
+    "projected-largest": dict(bounds=(-(2.0**399), 2.0**399), project=1),
+    "seeded-smallest": dict(seeds=CENTRE[None], cell_radius=2.0**-400),
+    "seeded-largest": dict(seeds=CENTRE[None], cell_radius=2.0**400),
+}
+
+
+@pytest.mark.parametrize("edge", list(EDGE_SNAPSHOTS))
+def test_snapshots_at_the_edges_of_their_ranges_return_whatever_the_hostile_row(edge):
+    """A snapshot reads every row (without seeds) or every row near its cells, so its
+    release may differ between neighbours; whether it returns, and its charge, may not.
+    Every hostile row in range, at the smallest and largest domain and cell radius, with
+    and without the projection: the snapshot returns finite attractors at the same
+    charge, and nothing is left to fail after admission."""
+    kw = EDGE_SNAPSHOTS[edge]
+    X = _bank()
+    spent = set()
+    for name, row in {"base": None, **IN_RANGE}.items():
+        B = X if row is None else _neighbour(X, row, 3)
+        pm = PrivateMemory(B, radius=R, budget=(20.0, 1e-5), accounting="global")
+        with np.errstate(all="raise"), warnings.catch_warnings():
+            warnings.simplefilter("error")  # the caller's strictest state changes nothing
+            syn = pm.snapshot(epsilon=2.0, seed=9, rounds=3, **kw)
+        assert np.all(np.isfinite(syn.attractors)), name
+        spent.add(pm.spent)
+    assert len(spent) == 1

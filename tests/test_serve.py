@@ -418,8 +418,9 @@ def test_errors_after_admission_and_ledger_errors_say_nothing(client, bank, monk
                     headers=A)
     assert r.status_code == 500 and r.json()["error"] == "internal"
     assert "0.123456" not in r.text and "17 rows" not in r.text and "reference" in r.text
+    assert "budget was charged" in r.text  # admitted: the failure keeps its charge
     monkeypatch.undo()
-    assert client.get("/v1/budget", headers=A).json()["releases"] == 0
+    assert client.get("/v1/budget", headers=A).json()["releases"] == 1
     ok = client.post("/v1/retrieve", json={"queries": _q(bank), "steps": 1, "epsilon": 1.0},
                      headers=A)
     assert ok.status_code == 200
@@ -457,8 +458,9 @@ def test_errors_inside_an_admitted_snapshot_say_nothing(client, bank, monkeypatc
     assert r.status_code == 500 and r.json()["error"] == "internal", r.text
     assert "secret" not in r.text and "0.654321" not in r.text and "reference" in r.text
     _no_secrets(r)
+    assert "budget was charged" in r.text
     monkeypatch.undo()
-    assert client.get("/v1/budget", headers=A).json()["releases"] == 0  # nothing spent
+    assert client.get("/v1/budget", headers=A).json()["releases"] > 0  # charged
     assert client.get("/v1/synopsis", headers=A).status_code == 404
     assert client.post("/v1/snapshot", json=body, headers=ROOT).status_code == 200
 

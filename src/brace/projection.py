@@ -44,9 +44,9 @@ from .seeding import (
     Domain,
     SeedingPlan,
     _tiles,
+    ball_domain,
     bank_size,
     centre_and_scale,
-    parse_domain,
     private_seeds,
 )
 
@@ -76,6 +76,11 @@ CLIP_FACTOR = 0.75  # the second moments' clip: this times the private scale s�
 K_MAX = 32  # "auto" keeps at most this many directions
 BASIS_BITS = 30  # the basis's public grid: 2^-30
 MAX_DIM = 4096  # the d × d matrix of a larger d is refused (memory, time)
+#: the second moments' clip ``c_p = 0.75·s₀`` (public once released): ``s₀ ∈ [R₀·2^-12,
+#: R₀]`` (the first radii grid) and ``R₀ ∈ [2^-400, 2^400]`` put it in
+#: ``[0.75·2^-412, 0.75·2^400]``, so the grid ``g = c_p·2^-b ≥ 2^-433`` and ``g² ≥ 2^-866``
+#: are normal and ``‖z − μ‖/g ≤ 2R₀/g < 2^35`` (``privacy-accounting.md`` §15.1)
+CLIP_RANGE = (2.0**-413, 2.0**400)
 _EXACT_SUM = 1 << 53
 
 
@@ -190,6 +195,8 @@ def release_moments(bank: Any, domain: Domain, mean: np.ndarray, clip: float, rh
     get the discrete Gaussian (``noise="secure"``) or numpy's (``"plain"``) of variance
     ``≥ 16^b/(2ρ)`` off the diagonal and ``≥ 16^b/ρ`` on it."""
     d = domain.centre.shape[0]
+    if not CLIP_RANGE[0] <= float(clip) <= CLIP_RANGE[1]:  # public; met inside a snapshot
+        raise ValueError(f"the second moments' clip must be in [2^-413, 2^400]; got {clip!r}.")
     bits = moments_bits(n, rho)
     A2 = float(1 << (2 * bits))  # 4^b: the bound on Σu², exact in float64
     M = moments_stat(bank, domain, mean, clip, bits)
@@ -335,7 +342,7 @@ def private_projected_seeds(bank: Any, domain: Domain, plan: ProjectionPlan, *,
     B = W.T.astype(np.float64) * 2.0 ** -BASIS_BITS  # (k, d): the public basis
     # 4. the synopsis in the subspace, on the projected rows (Theorem 13)
     Y = project_rows(bank, domain, mu, clip, info["bits"], W)
-    sub = parse_domain(None, (0.0, clip), k)
+    sub = ball_domain(np.zeros(k), clip)  # radius c_p: in CLIP_RANGE, every scale safe
     out = private_seeds(Y, sub, plan.at(k), noise=noise, rng=rng, public_seed=public_seed,
                         merge_radius=merge_radius, min_count=min_count, n=n)
     # 5. post-processing: back into the full space, and into the domain

@@ -45,17 +45,23 @@ from typing import Any
 import numpy as np
 
 from ._exact import noisy_integers
-from ._validation import check_bounds
+from ._validation import check_bounds, check_int_at_least
 from .gates.contract import MAX_COORD
 from .synopsis import cell_sensitivity, cell_unit, default_min_count, merge_centres, next_centres
 
 __all__ = [
     "CENTRE_SHARE",
+    "DOMAIN_RADIUS_RANGE",
+    "MAX_ROUNDS",
     "RADII_SHARE",
+    "SCALE_FLOOR",
     "RADII_SENSITIVITY",
     "Domain",
     "SeedingPlan",
     "centre_and_scale",
+    "check_clip",
+    "check_rounds",
+    "clamp_scale",
     "nearest_centres",
     "noisy_integers",
     "parse_domain",
@@ -75,6 +81,16 @@ RADII_OCTAVES = 12  # the radii grid spans R₀·2^-12 .. R₀
 RADII_PER_OCTAVE = 4
 RADII_SENSITIVITY = math.sqrt(2.0) * (1.0 + 1e-12)  # a radii histogram's L2 sensitivity
 _TILE = 1 << 22  # entries of one (rows × centres) block
+#: the stated range of a domain's radius (the ball's radius, the box's half-diagonal):
+#: with it every scale after admission stays in float64's normal range (privacy.md §8)
+DOMAIN_RADIUS_RANGE = (2.0**-400, 2.0**400)
+#: every released scale ``s`` (a Voronoi round's clip) is clamped into ``[R₀·2^-48, 2R₀]``
+SCALE_FLOOR = 2.0**-48
+#: at most this many Voronoi rounds (cell rounds, with seeds): each reads the whole bank
+MAX_ROUNDS = 64
+#: the clips a Voronoi round accepts (public; always met: :data:`SCALE_FLOOR`): ``c²``
+#: and ``(unit)²`` normal, every squared distance finite (``privacy-accounting.md`` §15)
+CLIP_RANGE = (2.0**-470, 2.0**402)
 _U = 2.0 ** -53
 
 
@@ -107,7 +123,8 @@ class Domain:
             big = ~np.isfinite(nrm)
             m = np.abs(off[big]).max(axis=1, keepdims=True)
             nrm[big] = m[:, 0] * np.sqrt(((off[big] / m) ** 2).sum(axis=1))
-        f = np.where(nrm > self.radius, self.radius / np.maximum(nrm, 1e-300), 1.0)
+        with np.errstate(over="ignore"):  # R/tiny: the branch not taken
+            f = np.where(nrm > self.radius, self.radius / np.maximum(nrm, 1e-300), 1.0)
         return self.centre + off * f[:, None]
 
     def to_dict(self) -> dict[str, Any]:
@@ -121,13 +138,52 @@ _DOMAIN_RANGE = ("the domain must lie within the bank's input range |x| <= 2^400
                  "2.6e120) per coordinate (docs/privacy.md §8); rescale the bank.")
 
 
+def _check_domain_radius(size: float, what: str) -> None:
+    lo, hi = DOMAIN_RADIUS_RANGE
+    if not lo <= size <= hi:
+        raise ValueError(
+            f"the domain's {what} is {size:.6g}; it must be in [2^-400, 2^400] (about "
+            "[3.9e-121, 2.6e120]) so that no scale of the snapshot can underflow or "
+            "overflow after admission (docs/privacy.md §8); rescale the bank and the "
+            "domain.")
+
+
+def check_rounds(rounds: Any) -> int:
+    """A snapshot's number of rounds: an int in ``[1, MAX_ROUNDS]`` (each reads the whole
+    bank; refused before admission)."""
+    R = check_int_at_least("rounds", rounds, 1)
+    if R > MAX_ROUNDS:
+        raise ValueError(f"rounds must be at most {MAX_ROUNDS} (each round reads the whole "
+                         f"bank); got {R}.")
+    return R
+
+
+def check_clip(clip: float) -> float:
+    """A Voronoi round's clip (public) within :data:`CLIP_RANGE`; never refused inside a
+    snapshot (its scales are clamped into ``[R₀·2^-48, 2R₀]``, ``R₀`` in range)."""
+    c = float(clip)
+    if not CLIP_RANGE[0] <= c <= CLIP_RANGE[1]:
+        raise ValueError(f"a Voronoi round's clip must be in [2^-470, 2^402]; got {clip!r}.")
+    return c
+
+
+def ball_domain(centre: np.ndarray, radius: float) -> Domain:
+    """The ball ``B̄(centre, radius)`` as a :class:`Domain`, without the range checks of
+    :func:`parse_domain` (a projected snapshot's subspace, whose radius ``c_p`` is in
+    ``[0.75·2^-412, 0.75·2^400]`` by construction, ``brace.projection``)."""
+    c = np.asarray(centre, dtype=np.float64)
+    return Domain("ball", None, None, c, float(radius) * (1.0 + 1e-9))
+
+
 def parse_domain(bounds: Any, ball: Any, dim: int) -> Domain:
     """The public domain of a snapshot without seeds: ``bounds=(lo, hi)`` (scalars or
     arrays of length ``d``, finite, ``lo < hi``) or ``ball=(centre, radius)`` (a point of
     ``ℝ^d`` or a scalar broadcast to it, a finite radius ``> 0``) — exactly one. Every
     point of the domain must lie within the bank's input range, ``|x| ≤ 2^400`` per
-    coordinate (``docs/privacy.md`` §8): refused here, from public values, so that no
-    step after admission can overflow (squared distances, the noise's variance)."""
+    coordinate, and its size — the ball's radius, the box's half-diagonal — in
+    :data:`DOMAIN_RADIUS_RANGE` ``[2^-400, 2^400]`` (``docs/privacy.md`` §8): refused
+    here, from public values, so that no step after admission can underflow or overflow
+    (squared distances and clips, the moments' grid, the noise's variance)."""
     if (bounds is None) == (ball is None):
         raise ValueError("a snapshot without seeds needs its public domain: bounds=(lo, hi) "
                          "(a box) or ball=(centre, radius), exactly one of them.")
@@ -137,8 +193,9 @@ def parse_domain(bounds: Any, ball: Any, dim: int) -> Domain:
         half = np.maximum(hi - c, c - lo)
         if max(float(np.abs(lo).max()), float(np.abs(hi).max())) > _MAX_DOMAIN:
             raise ValueError(_DOMAIN_RANGE)
-        R0 = float(np.sqrt(np.sum(half * half))) * (1.0 + 1e-9)
-        return Domain("box", lo, hi, c, R0)
+        H = float(np.sqrt(np.sum(half * half)))  # 0 if it underflows: refused
+        _check_domain_radius(H, "half-diagonal")
+        return Domain("box", lo, hi, c, H * (1.0 + 1e-9))
     try:
         centre, radius = ball
         c = np.broadcast_to(np.asarray(centre, dtype=np.float64), (dim,)).copy()
@@ -151,7 +208,8 @@ def parse_domain(bounds: Any, ball: Any, dim: int) -> Domain:
                          f"{ball!r}.")
     if not float(np.abs(c).max()) + R <= _MAX_DOMAIN:
         raise ValueError(_DOMAIN_RANGE)
-    return Domain("ball", None, None, c, R * (1.0 + 1e-9))
+    _check_domain_radius(R, "radius")
+    return ball_domain(c, R)
 
 
 # --------------------------------------------------------------------------- one row's cell
@@ -249,7 +307,7 @@ def voronoi_stats(bank: Any, centres: np.ndarray, clip: float, unit: float,
     _check_range(C, domain)
     k, d = C.shape
     Cn2 = (C * C).sum(axis=1)
-    c2 = float(clip) ** 2
+    c2 = check_clip(clip) ** 2  # normal: a row beyond the clip is clipped (Lemma 11)
     counts = np.zeros(k, dtype=np.int64)
     sums = np.zeros((k, d), dtype=np.int64)
     for Z in _tiles(bank, k, domain):
@@ -338,6 +396,13 @@ def scale_from_radii(noisy: np.ndarray, edges: np.ndarray, n: int) -> float:
     return float(edges[min(max(i, 0), edges.size - 1)])
 
 
+def clamp_scale(scale: float, domain: Domain) -> float:
+    """Post-processing of a released scale: clamped into the public ``[R₀·2^-48, 2R₀]``
+    (no two points of the domain are farther apart than ``2R₀``; the floor keeps every
+    later clip, grid and squared clip in float64's normal range, ``R₀ ≥ 2^-400``)."""
+    return min(max(float(scale), SCALE_FLOOR * domain.radius), 2.0 * domain.radius)
+
+
 def centre_and_scale(bank: Any, domain: Domain, rho_centre: float, rho_radii: float,
                      noise: str, rng: np.random.Generator | None, n: int
                      ) -> tuple[np.ndarray, float, list[dict[str, Any]]]:
@@ -364,7 +429,7 @@ def centre_and_scale(bank: Any, domain: Domain, rho_centre: float, rho_radii: fl
     releases.append({"kind": "radii", "centres": mu[None, :], "values": h,
                      "rho": rho_radii, "sigma": sigma, "edges": edges,
                      "sensitivity": RADII_SENSITIVITY})
-    return mu, min(scale_from_radii(h, edges, n), 2.0 * domain.radius), releases
+    return mu, clamp_scale(scale_from_radii(h, edges, n), domain), releases
 
 
 # --------------------------------------------------------------------------- the public plan
@@ -490,8 +555,7 @@ def private_seeds(bank: Any, domain: Domain, plan: SeedingPlan, *, noise: str,
         releases.append({"kind": "radii", "centres": C, "values": h, "rho": plan.rho_radii,
                          "sigma": sigma, "edges": edges,
                          "sensitivity": RADII_SENSITIVITY})
-        # at most 2R₀ (public): no two points of the domain are farther apart
-        return min(scale_from_radii(h, edges, n), 2.0 * domain.radius)
+        return clamp_scale(scale_from_radii(h, edges, n), domain)
 
     C = mu + 0.5 * scale * _unit_directions(prg, plan.k0, d)
     m = np.full(plan.k0, n / plan.k0)

@@ -46,11 +46,13 @@ from .mechanisms import SEED_WITHHELD
 from .secure import SECURE_SEED_REASON, check_noise
 
 __all__ = [
+    "CELL_RADIUS_RANGE",
     "CELL_SHARE",
     "MAX_SEEDS",
     "Synopsis",
     "cell_sensitivity",
     "cell_sums",
+    "check_cell_radius",
     "cell_unit",
     "default_min_count",
     "first_centres",
@@ -63,6 +65,21 @@ __all__ = [
 
 CELL_SHARE = 0.8  # default share of a snapshot's zCDP budget spent on the cell rounds
 MAX_SEEDS = 1 << 14
+#: the stated range of a cell radius ``r_c`` (public, checked before admission): ``r_c²``
+#: is normal, so a row whose computed ``fl(d²)`` is at most ``r_c²`` lies within
+#: ``r_c(1 + 1e-8)`` of its centre (no far row counted for an underflowed distance), and
+#: ``n·r_c`` stays finite (``docs/privacy-accounting.md`` §14, Lemma 9)
+CELL_RADIUS_RANGE = (2.0**-400, 2.0**400)
+
+
+def check_cell_radius(radius: Any, name: str = "cell_radius") -> float:
+    """A cell radius: a finite number in :data:`CELL_RADIUS_RANGE` ``[2^-400, 2^400]``."""
+    r = check_positive(name, radius)
+    if not CELL_RADIUS_RANGE[0] <= r <= CELL_RADIUS_RANGE[1]:
+        raise ValueError(f"{name} must be in [2^-400, 2^400] (about [3.9e-121, 2.6e120]) "
+                         f"so that no squared distance of a cell round can underflow; got "
+                         f"{radius!r}.")
+    return r
 _TILE = 1 << 22  # entries of one (rows × cells × d) difference block of the histogram
 
 
@@ -230,7 +247,7 @@ def cell_sums(bank: Any, centres: np.ndarray, radius: float, rho: float | None =
     ``radius·(1 + 1e-8)`` of its centre."""
     C = np.asarray(centres, dtype=np.float64)
     k, d = C.shape
-    r2 = float(radius) ** 2
+    r2 = check_cell_radius(radius, "radius") ** 2  # public; normal (Lemma 9)
     if hasattr(bank, "_blocks"):  # a memory: its verified row blocks (any backend)
         n, blocks = bank.n_memories, (Xb for _, Xb in bank._blocks())
     else:

@@ -8,10 +8,11 @@ state kept in step), :mod:`.snapshot` (the one-shot synopsis) and :mod:`.advice`
 """
 
 from ..ledger.state import LedgerState, inspect_ledger, migrate_json_ledger
-from .admission import QUERY_DELTA_SHARE, BudgetExceededError
+from .admission import QUERY_DELTA_SHARE, AdmittedCallFailed, BudgetExceededError
 from .advice import RECOMMEND_GATE, RETRIEVE_MAX_NOISE, Recommendation
 from .facade import ACCOUNTINGS, PrivateMemory, private_synopsis
 
-__all__ = ["BudgetExceededError", "PrivateMemory", "private_synopsis", "ACCOUNTINGS",
+__all__ = ["AdmittedCallFailed", "BudgetExceededError", "PrivateMemory", "private_synopsis",
+           "ACCOUNTINGS",
            "QUERY_DELTA_SHARE", "RETRIEVE_MAX_NOISE", "RECOMMEND_GATE", "Recommendation",
            "LedgerState", "inspect_ledger", "migrate_json_ledger"]

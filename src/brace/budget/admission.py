@@ -45,6 +45,21 @@ class BudgetExceededError(RuntimeError):
         self.affordable_epsilon = affordable_epsilon
 
 
+class AdmittedCallFailed(RuntimeError):
+    """A call was admitted and charged, then failed while it read the bank: nothing was
+    released, and the charge it was admitted with stays recorded (in the ledger, when
+    there is one), so the failure is not a free repeatable answer
+    (``docs/privacy-accounting.md`` §12). The message is fixed (public); the cause is
+    chained for the bank's owner. Inside the stated input ranges no call reaches it."""
+
+
+#: the message of :class:`AdmittedCallFailed` (fixed: what failed may depend on the bank)
+CHARGED_FAILURE = ("the call was admitted and its budget was charged, then it failed while "
+                   "reading the bank; nothing was released. The charge stays recorded.")
+#: ``params["failed"]`` of the rows that record such a call's charge
+FAILED_NOTE = "admitted and charged; failed after admission, nothing released"
+
+
 _PLAN_KW = ("kappa", "gamma", "accounting", "output_projection", "release")
 _REFUSED_KW = {
     "return_clean": "the noiseless trajectory is not private",
@@ -150,10 +165,30 @@ class Admission:
         return (fp.centres, fp.radii,
                 np.broadcast_to(weights(plan.spent.step_event), (len(fp), K + 1)))
 
+    def _charge_failed(self, rows: list[tuple]) -> AdmittedCallFailed:
+        """Record ``rows`` — ``(record, call key, footprint centres, radii, outputs,
+        counts)``, the charge a call was admitted with, built before the bank was read —
+        for a call that failed after admission, and return the error to raise. With a
+        ledger the rows are appended in the call's transaction, which
+        :meth:`~brace.budget.sync.LedgerSync._ledger_call` commits when
+        :class:`AdmittedCallFailed` leaves it."""
+        if self._db is not None:
+            for k_, row in enumerate(rows):
+                got = self._db.append(call_key=row[1], record=row[0], outputs=row[4],
+                                      released_counts=row[5], centres=row[2], radii=row[3])
+                rows[k_] = (got.record, *row[1:])
+        self._absorb([row[:4] for row in rows])
+        if self._db is not None:
+            self._last_id, self._last_mac = got.id, self._db.meta["head"]["mac"]
+        return AdmittedCallFailed(CHARGED_FAILURE)
+
     def _after_admission(self, fn: Any, /, *args: Any, **kw: Any) -> Any:
         """``fn(*args, **kw)``: a part of an admitted call that reads the bank (a hook:
-        :class:`brace.serve.ServedMemory` hides what an error there says)."""
-        return fn(*args, **kw)
+        :class:`brace.serve.ServedMemory` hides what an error there says), under a fixed
+        floating-point error state: no caller's ``np.seterr`` turns a data-dependent
+        underflow into an error, and no data-dependent warning is printed."""
+        with np.errstate(all="ignore"):
+            return fn(*args, **kw)
 
 
 

@@ -47,7 +47,14 @@ from ..memory import LSRMemory, pins_bank
 from ..plan import plan_release
 from ..secure import SECURE_SEED_REASON
 from ..synopsis import Synopsis
-from .admission import _PLAN_KW, _REFUSED_KW, QUERY_DELTA_SHARE, Admission, _call_key
+from .admission import (
+    _PLAN_KW,
+    _REFUSED_KW,
+    FAILED_NOTE,
+    QUERY_DELTA_SHARE,
+    Admission,
+    _call_key,
+)
 from .advice import Advice
 from .snapshot import Snapshots
 from .sync import LedgerSync
@@ -286,10 +293,17 @@ class PrivateMemory(LedgerSync, Admission, Advice, Snapshots):
         worst = self._worst((reserved,), admission=True)
         if not self._filter.admits(worst):
             self._refuse(worst, reserved[2], plan, q, T, eps, dlt, method)
-        res = run_plan(self._memory, q, plan, seed=seed, progress=kw.get("progress"))
-        fp = footprints(plan, q, res.outputs)
-        record = self._record(method, q, T, eps, dlt, plan, res)
-        counts = getattr(res, "released_counts", None)
+        # the admitted charge, before the bank is read: recorded if the call fails
+        charge = self._charge_row(plan, q, T, eps, dlt, method, reserved, key)
+        try:
+            with np.errstate(all="ignore"):  # as _after_admission: the library's state
+                res = run_plan(self._memory, q, plan, seed=seed,
+                               progress=kw.get("progress"))
+            fp = footprints(plan, q, res.outputs)
+            record = self._record(method, q, T, eps, dlt, plan, res)
+            counts = getattr(res, "released_counts", None)
+        except Exception as exc:  # admitted: the failure keeps its charge (§12)
+            raise self._charge_failed([charge]) from exc
         if self._db is not None:  # write-ahead: inserted before the release is returned
             row = self._db.append(call_key=key, record=record, outputs=res.outputs,
                                   released_counts=counts, centres=fp.centres,
@@ -303,6 +317,17 @@ class PrivateMemory(LedgerSync, Admission, Advice, Snapshots):
             self._results[len(self._rows) - 1] = out
         return out
 
+
+    def _charge_row(self, plan, q, T, eps, dlt, method, reserved, key) -> tuple:
+        """The ledger row of a retrieval's admitted charge (its reserved footprints and
+        step event; zero outputs under a call key no call has), for a failure."""
+        T_out = 1 if method == "endpoint" else T
+        record = {"method": method, "queries": int(q.shape[0]), "steps": T,
+                  "dim": self._dim, "epsilon": eps, "delta": dlt, "release": plan.release,
+                  "event": _ledger.event_to_dict(plan.spent.step_event),
+                  "params": {"failed": FAILED_NOTE}, "privacy": {}}
+        return (record, f"failed:{key}:{len(self._rows)}", np.asarray(reserved[0]),
+                np.asarray(reserved[1]), np.zeros((q.shape[0], T_out, self._dim)), None)
 
     def __repr__(self) -> str:
         eps, delta = self._budget
@@ -340,7 +365,7 @@ def private_synopsis(bank: Any, *, epsilon: float, delta: float, seeds: Any = No
         if dim < 1:
             raise ValueError("bank must be a 2-D array (n, d).")
         # a public placeholder (nothing is released with it); replaced below
-        radius = parse_domain(kw.get("bounds"), kw.get("ball"), dim).radius
+        radius = min(parse_domain(kw.get("bounds"), kw.get("ball"), dim).radius, 2.0**400)
         rule = "private scale"
     pm = PrivateMemory(bank, radius=radius, beta=beta, budget=(epsilon, delta),
                        accounting="global")

@@ -4,7 +4,9 @@ release, the radii releases and the Voronoi rounds (with ``project``, also the
 second-moment release, §15.1), every one at the whole space (a row anywhere is clipped
 into the domain and read) — before the bank is read, then run by
 :func:`brace.seeding.private_seeds` (:func:`brace.projection.private_projected_seeds`)
-and recorded as ``synopsis-cells`` rows."""
+and recorded as ``synopsis-cells`` rows. The charge is fixed before the bank is read: if
+anything after admission fails, it is recorded as it is (rows with ``params["failed"]``)
+and :class:`~brace.budget.admission.AdmittedCallFailed` is raised."""
 
 from __future__ import annotations
 
@@ -18,13 +20,13 @@ import numpy as np
 
 from .. import accounting as acc_events
 from .. import ledger as _ledger
-from .._validation import check_epsilon, check_int_at_least, check_privacy_epsilon
+from .._validation import check_epsilon, check_privacy_epsilon
 from ..accounting.filter import convert
 from ..ledger.state import weights
 from ..projection import ProjectionPlan, check_project, private_projected_seeds
-from ..seeding import SeedingPlan, parse_domain, private_seeds
+from ..seeding import SeedingPlan, check_rounds, parse_domain, private_seeds
 from ..synopsis import Synopsis
-from .admission import BudgetExceededError, _largest_fitting
+from .admission import FAILED_NOTE, BudgetExceededError, _largest_fitting
 
 
 def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | None,
@@ -38,7 +40,7 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
     d = pm._dim
     domain = parse_domain(bounds, ball, d)
     project = check_project(project, d)
-    R = None if rounds is None else check_int_at_least("rounds", rounds, 1)
+    R = None if rounds is None else check_rounds(rounds)
     if isinstance(public_seed, bool) or not isinstance(public_seed, int | np.integer) \
             or public_seed < 0:
         raise ValueError(f"public_seed must be an int >= 0; got {public_seed!r}.")
@@ -82,45 +84,23 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
                 "remains of the budget. Nothing was released or spent.", spent=pm.spent,
                 remaining=pm.remaining, requested_total=math.inf)
         plan = make(rho)
-        run = private_seeds if project is None else private_projected_seeds
-        out = pm._after_admission(run, pm._memory, domain, plan, noise=noise, rng=rng,
-                                  public_seed=int(public_seed), merge_radius=mr,
-                                  min_count=min_count, n=n)
         key = hashlib.sha256(json.dumps({"domain": domain.to_dict(), "plan": plan.to_dict(),
                                          "public_seed": int(public_seed)},
                                         sort_keys=True).encode()).hexdigest()
-        rows = []
-        for i, rel in enumerate(out["releases"]):
-            C = np.asarray(rel["centres"], dtype=np.float64)
-            v = np.asarray(rel["values"], dtype=np.float64)
-            ev = acc_events.GaussianStep(rel["rho"])
-            params: dict[str, Any] = {"kind": rel["kind"], "round": i + 1, "of": key,
-                                      "sensitivity": rel["sensitivity"],
-                                      "sigma": rel["sigma"], "noise": noise,
-                                      "domain": domain.to_dict()}
-            if rel.get("space") == "projected":  # released in the subspace (§15.1)
-                params.update(space="projected", projected_dim=rel["dim"])
-            if rel["kind"] == "moments":  # outputs: the noisy second-moment matrix
-                outputs = v[:, None, :]
-                params.update(radius=rel["clip"], unit=rel["unit"], bits=rel["bits"],
-                              sigma_diag=rel["sigma_diag"], mean=C[0].tolist())
-                C = v  # one output row per coordinate
-            elif rel["kind"] == "radii":  # outputs: the centres (the histogram in params)
-                outputs = np.concatenate([C[:, None, :], np.zeros_like(C)[:, None, :]], 1)
-                params.update(edges=np.asarray(rel["edges"]).tolist(),
-                              noisy_counts=v.tolist())
-            else:  # outputs: each cell's centre and noisy clipped offset sum
-                outputs = np.concatenate([C[:, None, :], v[:, None, :-1]], axis=1)
-                params.update(radius=rel["clip"], unit=rel["unit"],
-                              noisy_counts=(v[:, -1] / rel["clip"]).tolist())
-            rows.append(({
-                "method": _ledger.CELLS_METHOD, "queries": int(C.shape[0]),
-                "steps": int(outputs.shape[1]), "dim": d,
-                "epsilon": convert(weights(ev), b_delta), "delta": b_delta,
-                "release": "cells", "event": _ledger.event_to_dict(ev), "params": params,
-                "privacy": {},
-            }, f"cells:{key}:{len(pm._rows)}:{i}", c0[None], np.array([math.inf]),
-                outputs, None))
+        # the admitted charge, fixed before the bank is read (every event at the whole
+        # space): recorded as it is if anything after admission fails (§15, Theorem 15)
+        charge = [_charge_row(x, i, key, len(pm._rows), d, c0, b_delta, noise, domain)
+                  for i, x in enumerate(plan.events())]
+        run = private_seeds if project is None else private_projected_seeds
+        try:
+            out = pm._after_admission(run, pm._memory, domain, plan, noise=noise, rng=rng,
+                                      public_seed=int(public_seed), merge_radius=mr,
+                                      min_count=min_count, n=n)
+            rows = _release_rows(out, key, len(pm._rows), d, c0, b_delta, noise, domain)
+            if [r[0]["event"] for r in rows] != [r[0]["event"] for r in charge]:
+                raise RuntimeError("the releases differ from the admitted plan")
+        except Exception as exc:  # admitted: the failure keeps its charge
+            raise pm._charge_failed(charge) from exc
         if pm._db is not None:
             for k_, row in enumerate(rows):
                 got = pm._db.append(call_key=row[1], record=row[0], outputs=row[4],
@@ -163,3 +143,60 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
         attractors=out["attractors"], counts=counts, radius=pm.radius,
         seeds=np.empty((0, d)), endpoints=np.empty((0, d)), epsilon=cost, delta=b_delta,
         seed_epsilon=0.0, seed_delta=0.0, cell_rho=cell_rho, params=params)
+
+
+def _charge_row(rho: float, i: int, key: str, pos: int, d: int, c0: np.ndarray,
+                b_delta: float, noise: str, domain: Any) -> tuple:
+    """The ledger row of release ``i``'s admitted charge (``ρ``-zCDP at the whole space;
+    zero outputs), recorded only if the snapshot fails after admission."""
+    ev = acc_events.GaussianStep(rho)
+    return ({"method": _ledger.CELLS_METHOD, "queries": 1, "steps": 1, "dim": d,
+             "epsilon": convert(weights(ev), b_delta), "delta": b_delta,
+             "release": "cells", "event": _ledger.event_to_dict(ev),
+             "params": {"kind": "failed", "round": i + 1, "of": key, "noise": noise,
+                        "domain": domain.to_dict(), "failed": FAILED_NOTE},
+             "privacy": {}}, f"failed:{key}:{pos}:{i}", c0[None], np.array([math.inf]),
+            np.zeros((1, 1, d)), None)
+
+
+def _release_rows(out: dict[str, Any], key: str, pos: int, d: int, c0: np.ndarray,
+                  b_delta: float, noise: str, domain: Any) -> list[tuple]:
+    """The ledger rows of a snapshot's releases (post-processing of what it released),
+    each checked to be recordable (finite JSON) before anything is written."""
+    rows = []
+    for i, rel in enumerate(out["releases"]):
+        C = np.asarray(rel["centres"], dtype=np.float64)
+        v = np.asarray(rel["values"], dtype=np.float64)
+        ev = acc_events.GaussianStep(rel["rho"])
+        params: dict[str, Any] = {"kind": rel["kind"], "round": i + 1, "of": key,
+                                  "sensitivity": rel["sensitivity"],
+                                  "sigma": rel["sigma"], "noise": noise,
+                                  "domain": domain.to_dict()}
+        if rel.get("space") == "projected":  # released in the subspace (§15.1)
+            params.update(space="projected", projected_dim=rel["dim"])
+        if rel["kind"] == "moments":  # outputs: the noisy second-moment matrix
+            outputs = v[:, None, :]
+            params.update(radius=rel["clip"], unit=rel["unit"], bits=rel["bits"],
+                          sigma_diag=rel["sigma_diag"], mean=C[0].tolist())
+            C = v  # one output row per coordinate
+        elif rel["kind"] == "radii":  # outputs: the centres (the histogram in params)
+            outputs = np.concatenate([C[:, None, :], np.zeros_like(C)[:, None, :]], 1)
+            params.update(edges=np.asarray(rel["edges"]).tolist(),
+                          noisy_counts=v.tolist())
+        else:  # outputs: each cell's centre and noisy clipped offset sum
+            outputs = np.concatenate([C[:, None, :], v[:, None, :-1]], axis=1)
+            params.update(radius=rel["clip"], unit=rel["unit"],
+                          noisy_counts=(v[:, -1] / rel["clip"]).tolist())
+        record = {
+            "method": _ledger.CELLS_METHOD, "queries": int(C.shape[0]),
+            "steps": int(outputs.shape[1]), "dim": d,
+            "epsilon": convert(weights(ev), b_delta), "delta": b_delta,
+            "release": "cells", "event": _ledger.event_to_dict(ev), "params": params,
+            "privacy": {},
+        }
+        json.dumps(record, allow_nan=False)  # recordable, or the charge is kept
+        if not np.all(np.isfinite(outputs)):
+            raise ValueError("a released value is not finite")
+        rows.append((record, f"cells:{key}:{pos}:{i}", c0[None], np.array([math.inf]),
+                     outputs, None))
+    return rows

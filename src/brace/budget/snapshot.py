@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import json
 import math
 from typing import Any
 
@@ -17,7 +18,6 @@ from .. import ledger as _ledger
 from .._validation import (
     check_bool,
     check_epsilon,
-    check_int_at_least,
     check_nonnegative,
     check_privacy_delta,
     check_privacy_epsilon,
@@ -27,15 +27,18 @@ from .._validation import (
 from ..accounting import rho_from_eps_delta
 from ..accounting.filter import convert
 from ..footprints import CLEAN_MARGIN, GATE_MARGIN, footprints
+from ..gates.contract import MAX_COORD
 from ..ledger.state import weights
 from ..mechanisms import DIAGNOSTIC_FIELDS, run_plan
 from ..memory import pins_bank
 from ..plan import plan_release
+from ..seeding import check_rounds
 from ..synopsis import (
     CELL_SHARE,
     Synopsis,
     cell_sensitivity,
     cell_unit,
+    check_cell_radius,
     default_min_count,
     first_centres,
     next_centres,
@@ -43,7 +46,7 @@ from ..synopsis import (
     release_cell_round,
     snapshot_noise,
 )
-from .admission import BudgetExceededError, _call_key, _largest_fitting
+from .admission import FAILED_NOTE, BudgetExceededError, _call_key, _largest_fitting
 from .seedless import snapshot_without_seeds
 
 
@@ -131,9 +134,11 @@ class Snapshots:
             unmoved, instead of being dropped (default False). With seeds taken from
             public data, the synopsis then never has fewer attractors than the seeds
             that merge into them: at worst it is the public seeds themselves.
-        cell_radius : radius ``r_c`` of the cells (default ``r``; public). Larger cells
-            hold more rows each, so their noisy means are more accurate, at a coarser
-            summary; the sensitivity is about ``2·r_c``.
+        cell_radius : radius ``r_c`` of the cells (default ``r``; public, in
+            ``[2^-400, 2^400]``). Larger cells hold more rows each, so their noisy means
+            are more accurate, at a coarser summary; the sensitivity is about ``2·r_c``.
+        rounds : the number of cell (Voronoi) rounds, at most 64
+            (``seeding.MAX_ROUNDS``; default 2 with seeds, chosen by the budget without).
         min_count : noisy-count threshold (default: the count noise's std times
             ``sqrt(2·log(4k))`` for ``k`` cells, so an empty cell survives with
             probability below about ``1/(4k)``).
@@ -145,7 +150,11 @@ class Snapshots:
         **kw : ``release``, ``kappa``, ``gamma`` as in :meth:`retrieve`.
 
         Raises :class:`BudgetExceededError` before the bank is read if no snapshot of
-        this shape fits.
+        this shape fits, and ``ValueError`` for a public scale outside its stated range
+        (the domain's size in ``[2^-400, 2^400]``, ``cell_radius``, ``rounds``). A
+        failure after admission keeps the admitted charge and raises
+        :class:`~brace.budget.admission.AdmittedCallFailed`
+        (``docs/privacy-accounting.md`` §14–§15).
         """
         if method not in ("brace", "global"):
             raise ValueError(f"snapshot method must be 'brace' or 'global'; got {method!r}.")
@@ -183,10 +192,15 @@ class Snapshots:
                              "(docs/privacy-accounting.md §15.1).")
         T = 0 if isinstance(steps, int) and not isinstance(steps, bool) and steps == 0 \
             else check_steps(steps)
-        R = check_int_at_least("rounds", 2 if rounds is None else rounds, 1)
+        R = check_rounds(2 if rounds is None else rounds)
         check_bool("keep_seeds", keep_seeds)
         S = public_seeds(seeds, self._dim, self.radius, bounds=bounds,
                          public_seed=public_seed)
+        if not np.all(np.abs(S) <= MAX_COORD[np.dtype(np.float64)]):  # public: refused now
+            raise ValueError("seeds must lie within the bank's input range |x| <= 2^400 "
+                             "(about 2.6e120) per coordinate, so that no squared distance "
+                             "of a cell round can overflow after admission "
+                             "(docs/privacy.md §8).")
         share = float(cell_share)
         if not 0.0 < share < 1.0:
             raise ValueError(f"cell_share must be in (0, 1); got {cell_share!r}.")
@@ -195,7 +209,7 @@ class Snapshots:
         mr = self.radius if merge_radius is None else check_epsilon(merge_radius,
                                                                     "merge_radius")
         r, n, b_delta = self.radius, self._fingerprint["shape"][0], self._budget[1]
-        rc = r if cell_radius is None else check_epsilon(cell_radius, "cell_radius")
+        rc = r if cell_radius is None else check_cell_radius(cell_radius)
         rng, seed_record = rng_and_record(seed)  # a seed is recorded only if passed
         ctx = self._ledger_call() if self._db is not None else contextlib.nullcontext()
         with self._locked(), ctx:
@@ -255,52 +269,76 @@ class Snapshots:
                     "fits in what remains of the budget. Use fewer seeds, steps or rounds. "
                     "Nothing was released or spent.", spent=self.spent,
                     remaining=self.remaining, requested_total=math.inf)
+            # the admitted charge, fixed before the bank is read: recorded as it is if
+            # anything after admission fails (§14, Theorem 13)
             if T:
                 plan = plans[eps_q]
-                res = self._after_admission(run_plan, self._memory, S, plan,
-                                            seed=None if plan.noise == "secure" else rng)
-                Y = res.outputs[:, -1]
                 key = _call_key(S, T, eps_q, dlt, method, plan, kw)
-                fp = self._after_admission(footprints, plan, S, res.outputs)
-                rows = [(self._record(method, S, T, eps_q, dlt, plan, res), key,
-                         fp.centres, fp.radii, res.outputs,
-                         getattr(res, "released_counts", None))]
-                step_w = weights(plan.spent.step_event) * (S.shape[0] * T)
+                charge = [self._charge_row(plan, S, T, eps_q, dlt, method,
+                                           self._reserved(plan, S), key)]
             else:
-                Y, eps_q, dlt, rows, step_w = np.empty((0, self._dim)), 0.0, 0.0, [], 0.0
                 key = hashlib.sha256(np.ascontiguousarray(S).tobytes()).hexdigest()
-            # round 1's centres: the endpoints and the (public) seeds, merged at the
-            # merge radius (leader clustering, densest first): post-processing
-            centres = self._after_admission(first_centres, np.concatenate([Y, S]), mr)
-            # the rounds' grid (secure: capped so that σ fits the exact sampler, as in
-            # release_cell_round) and sensitivity, for the record
-            unit = cell_unit(rc, n, rho_cell if mode == "secure" else None)
-            sens = cell_sensitivity(rc, unit, self._dim)
-            groups = centres.shape[0]
-            released = []
-            for _ in range(R):  # each round: one Gaussian release over disjoint cells
-                noisy, sigma = self._after_admission(release_cell_round, self._memory,
-                                                     centres, rc, rho_cell, rng, noise=mode)
-                released.append((centres, noisy))
-                thr = (default_min_count(sigma / rc, centres.shape[0]) if min_count is None
-                       else float(min_count))
-                centres, counts = self._after_admission(next_centres, centres, noisy, rc, mr,
-                                                        thr, sigma,
-                                                        keep_unmoved=bool(keep_seeds))
-            for i, (c, v) in enumerate(released):
-                rows.append(({
-                    # outputs (k, 2, d): each cell's centre and noisy offset sum
-                    "method": _ledger.CELLS_METHOD, "queries": int(c.shape[0]), "steps": 2,
-                    "dim": self._dim, "epsilon": convert(cell_w, b_delta),
-                    "delta": b_delta, "release": "cells",
-                    "event": _ledger.event_to_dict(acc_events.GaussianStep(rho_cell)),
-                    "params": {"radius": rc, "sensitivity": sens, "noise": mode,
-                               "unit": unit,
-                               "round": i + 1, "of": key,
-                               "noisy_counts": (v[:, -1] / rc).tolist()}, "privacy": {},
-                }, f"cells:{key}:{len(self._rows)}:{i}", hc[None], np.array([hr]),
-                    np.concatenate([c[:, None, :], v[:, None, :-1]], axis=1),
-                    None))
+                charge = []
+            cell_ev = _ledger.event_to_dict(acc_events.GaussianStep(rho_cell))
+            charge += [({"method": _ledger.CELLS_METHOD, "queries": 1, "steps": 1,
+                         "dim": self._dim, "epsilon": convert(cell_w, b_delta),
+                         "delta": b_delta, "release": "cells", "event": cell_ev,
+                         "params": {"kind": "failed", "round": i + 1, "of": key,
+                                    "radius": rc, "noise": mode, "failed": FAILED_NOTE},
+                         "privacy": {}}, f"failed:{key}:{len(self._rows)}:{i}", hc[None],
+                        np.array([hr]), np.zeros((1, 1, self._dim)), None)
+                       for i in range(R)]
+            try:
+                if T:
+                    res = self._after_admission(run_plan, self._memory, S, plan,
+                                                seed=None if plan.noise == "secure" else rng)
+                    Y = res.outputs[:, -1]
+                    fp = self._after_admission(footprints, plan, S, res.outputs)
+                    rows = [(self._record(method, S, T, eps_q, dlt, plan, res), key,
+                             fp.centres, fp.radii, res.outputs,
+                             getattr(res, "released_counts", None))]
+                    step_w = weights(plan.spent.step_event) * (S.shape[0] * T)
+                else:
+                    Y, eps_q, dlt, rows, step_w = np.empty((0, self._dim)), 0.0, 0.0, [], 0.0
+                    key = hashlib.sha256(np.ascontiguousarray(S).tobytes()).hexdigest()
+                # round 1's centres: the endpoints and the (public) seeds, merged at the
+                # merge radius (leader clustering, densest first): post-processing
+                centres = self._after_admission(first_centres, np.concatenate([Y, S]), mr)
+                # the rounds' grid (secure: capped so that σ fits the exact sampler, as in
+                # release_cell_round) and sensitivity, for the record
+                unit = cell_unit(rc, n, rho_cell if mode == "secure" else None)
+                sens = cell_sensitivity(rc, unit, self._dim)
+                groups = centres.shape[0]
+                released = []
+                for _ in range(R):  # each round: one Gaussian release over disjoint cells
+                    noisy, sigma = self._after_admission(release_cell_round, self._memory,
+                                                         centres, rc, rho_cell, rng, noise=mode)
+                    released.append((centres, noisy))
+                    thr = (default_min_count(sigma / rc, centres.shape[0]) if min_count is None
+                           else float(min_count))
+                    centres, counts = self._after_admission(next_centres, centres, noisy, rc, mr,
+                                                            thr, sigma,
+                                                            keep_unmoved=bool(keep_seeds))
+                for i, (c, v) in enumerate(released):
+                    rows.append(({
+                        # outputs (k, 2, d): each cell's centre and noisy offset sum
+                        "method": _ledger.CELLS_METHOD, "queries": int(c.shape[0]), "steps": 2,
+                        "dim": self._dim, "epsilon": convert(cell_w, b_delta),
+                        "delta": b_delta, "release": "cells",
+                        "event": _ledger.event_to_dict(acc_events.GaussianStep(rho_cell)),
+                        "params": {"radius": rc, "sensitivity": sens, "noise": mode,
+                                   "unit": unit,
+                                   "round": i + 1, "of": key,
+                                   "noisy_counts": (v[:, -1] / rc).tolist()}, "privacy": {},
+                    }, f"cells:{key}:{len(self._rows)}:{i}", hc[None], np.array([hr]),
+                        np.concatenate([c[:, None, :], v[:, None, :-1]], axis=1),
+                        None))
+                for row in rows:  # recordable, or the charge is kept
+                    json.dumps(row[0], allow_nan=False)
+                    if not np.all(np.isfinite(row[4])):
+                        raise ValueError("a released value is not finite")
+            except Exception as exc:  # admitted: the failure keeps its charge
+                raise self._charge_failed(charge) from exc
             if self._db is not None:
                 for k_, row in enumerate(rows):
                     got = self._db.append(call_key=row[1], record=row[0], outputs=row[4],

@@ -16,6 +16,7 @@ from ..accounting import PrivacySpent
 from ..accounting.filter import FootprintIndex, K
 from ..ledger.state import weights
 from ..mechanisms import DIAGNOSTIC_FIELDS, PrivateRetrievalResult
+from .admission import AdmittedCallFailed
 
 
 class LedgerSync:
@@ -66,14 +67,22 @@ class LedgerSync:
         which took the release in — is forgotten and re-read from the ledger on the next
         call, so that nothing uncommitted is ever counted as recorded or answered as a
         repeat. A call refused before appending keeps it (the rows it read from other
-        processes are committed)."""
+        processes are committed). A call that failed after admission
+        (:class:`~brace.budget.admission.AdmittedCallFailed`) commits the charge it
+        appended, then raises."""
+        charged = None
         try:
             with self._db.transaction():
-                yield
+                try:
+                    yield
+                except AdmittedCallFailed as exc:  # its charge is appended: commit it
+                    charged = exc
         except BaseException:
             if self._db.appended:
                 self._forget()
             raise
+        if charged is not None:
+            raise charged
 
     def _forget(self) -> None:
         """Drop the in-memory copy of the ledger (read again in full by the next sync)."""

@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ..budget import BudgetExceededError
+from ..budget import AdmittedCallFailed, BudgetExceededError
 from ..ledger import LedgerError, LedgerLockTimeout
 from ..ledger.backend import LedgerUnavailable
 from .keys import ApiKey
@@ -106,6 +106,11 @@ def _response_for(exc: BaseException, route: str, admin: bool = False) -> JSONRe
     if isinstance(exc, ValueError | TypeError) and not isinstance(exc, ReleaseFailed):
         return _error(422, "invalid_request", str(exc))
     ref = uuid.uuid4().hex[:12]
+    if isinstance(exc, AdmittedCallFailed):  # admitted, charged, then failed
+        log.error("%s [%s]: failed after admission (charged)", route, ref,
+                  exc_info=exc.__cause__ or exc)
+        return _error(500, "internal", f"internal error (reference {ref} in the server's "
+                      "log); the call's budget was charged, nothing was released.")
     failed = isinstance(exc, ReleaseFailed)  # admitted, then failed before any record
     cause = exc.__cause__ if failed and exc.__cause__ else exc
     log.error("%s [%s]: internal error", route, ref, exc_info=cause)

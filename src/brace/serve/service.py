@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .._io import atomic_write_text, load_npy, strict_json
-from ..budget import BudgetExceededError, PrivateMemory
+from ..budget import AdmittedCallFailed, BudgetExceededError, PrivateMemory
 from ..ledger import CELLS_METHOD, LedgerError
 from ..ledger.backend import LedgerUnavailable, is_server_url, ledger_class, redact_url
 from ..memory import frozen_bank
@@ -98,8 +98,8 @@ class ServedMemory(PrivateMemory):
     def _hiding(fn: Any, /, *args: Any, **kw: Any) -> Any:
         try:
             return fn(*args, **kw)
-        except (BudgetExceededError, LedgerError):
-            raise
+        except (BudgetExceededError, LedgerError, AdmittedCallFailed):
+            raise  # the last: charged, its message fixed (the cause is logged only)
         except Exception as exc:
             raise ReleaseFailed("the release failed after it was admitted; nothing was "
                                 "released or spent.") from exc
@@ -112,11 +112,16 @@ class ServedMemory(PrivateMemory):
 
     def _sync(self) -> None:
         super()._sync()
-        if self._snapshot_once and any(r["method"] == CELLS_METHOD for r in self._rows):
+        if self._snapshot_once and any(_released_cells(r) for r in self._rows):
             # inside the snapshot's ledger transaction: atomic across processes and hosts
             raise SnapshotExists(
                 "a synopsis was already released from this ledger (GET /v1/synopsis); "
                 "POST /v1/snapshot with \"again\": true releases another, paid again.")
+
+
+def _released_cells(record: dict[str, Any]) -> bool:
+    """A synopsis's release (not the charge of a snapshot that failed after admission)."""
+    return record["method"] == CELLS_METHOD and not record["params"].get("failed")
 
 
 BANK_MODES = ("copy", "mmap")
@@ -334,7 +339,7 @@ class Service:
         if got is None:
             with self.pm._locked():
                 self.pm._sync_outside()
-                released = any(r["method"] == CELLS_METHOD for r in self.pm._rows)
+                released = any(_released_cells(r) for r in self.pm._rows)
             raise NoSynopsis(
                 "a synopsis was released (its rounds are in the ledger) but not published: "
                 "the server stopped before storing it. POST /v1/snapshot with \"again\": "
