@@ -297,9 +297,9 @@ def test_random_workloads_keep_every_pair_within_the_budget():
 
 def test_filter_thresholds_convert_back_to_the_budget():
     spec = FilterSpec.for_budget(8.0, 1e-5)
-    assert len(spec.orders) == 4 and spec.delta_direct == 5e-6
+    assert len(spec.orders) == 2 and spec.delta_direct == 5e-6
     a = ORDERS[list(spec.orders)]
-    d_a = (1e-5 - spec.delta_direct) / 4
+    d_a = (1e-5 - spec.delta_direct) / 2
     eps = spec.thresholds + np.log((a - 1) / a) - (math.log(d_a) + np.log(a)) / (a - 1)
     np.testing.assert_allclose(eps - math.log1p(-spec.delta_direct), 8.0, rtol=1e-12)
     # the orders bracket the Gaussian optimum of the budget and depend on it only

@@ -26,7 +26,8 @@ from .._validation import (
     check_steps,
 )
 from .accountant import RdpAccountant
-from .events import CountedGaussianStep, _step_event
+from .events import CountedGaussianStep, GaussianStep, _step_event
+from .filter import ORDERS, FilterSpec, convert, event_weights
 from .primitives import rho_from_eps_delta
 from .spent import PrivacySpent
 
@@ -40,6 +41,8 @@ __all__ = [
     "calibrate_rho",
     "calibrate_count",
     "calibrate",
+    "calibrate_one_shot",
+    "one_shot_filter",
 ]
 
 ACCOUNTING_RULES = ("rdp", "paper")
@@ -363,3 +366,59 @@ def calibrate(
         epsilon_rdp=spent,
         alpha_opt=alpha,
     )
+
+
+def _one_shot_eps(rho: float, delta: float) -> float:
+    return convert(event_weights(GaussianStep(rho)), delta)
+
+
+@functools.lru_cache(maxsize=256)
+def _calibrate_one_shot(epsilon: float, delta: float) -> tuple[float, int]:
+    lo = hi = rho_from_eps_delta(epsilon, delta)
+    if _one_shot_eps(lo, delta) <= epsilon:
+        while _one_shot_eps(hi, delta) <= epsilon:
+            lo, hi = hi, 2.0 * hi
+            if not math.isfinite(hi):  # pragma: no cover - EPSILON_RANGE keeps ρ finite
+                raise ValueError(f"epsilon = {epsilon} is too large to calibrate.")
+    else:
+        while not _one_shot_eps(lo, delta) <= epsilon:
+            hi, lo = lo, 0.5 * lo
+            if lo < 1e-300:  # pragma: no cover - EPSILON_RANGE keeps ρ above this
+                raise ValueError(f"epsilon = {epsilon} is too small for delta = {delta}.")
+    rho = _largest_feasible_log(lambda t: _one_shot_eps(math.exp(t), delta) - epsilon, lo, hi)
+    a = ORDERS
+    x = a - 1.0
+    per_order = a * rho + np.log(x / a) - (math.log(delta) + np.log(a)) / x
+    return rho, int(np.argmin(per_order))
+
+
+def calibrate_one_shot(epsilon: float, delta: float) -> tuple[float, int]:
+    """The largest total zCDP ``ρ`` of Gaussian releases fixed before the data is read
+    whose composition — the event ``GaussianStep(ρ)``, whatever the split — converts to
+    at most ``epsilon`` at ``delta`` by the conversion the library reports
+    (:func:`brace.accounting.filter.convert`: ``docs/privacy-accounting.md`` §5 minimised
+    over the grid ``ORDERS``), and the index into ``ORDERS`` of the order that
+    certifies it (where the conversion at ``ρ`` is smallest).
+
+    Brent's method on ``log ρ`` to a relative 1e-9, returning the feasible end (the
+    conversion at ``ρ`` never exceeds ``epsilon``). At that order ``α``,
+    ``αρ ≤ B_α``, the threshold of the one-order filter with ``Δ = 0``
+    (:func:`one_shot_filter`). Validated as :func:`calibrate_rho`.
+
+    >>> rho, i = calibrate_one_shot(1.0, 1e-5)
+    >>> round(rho, 4), round(float(ORDERS[i]), 1)
+    (0.0305, 17.4)
+    """
+    eps, dl, _, _, _ = _check_common(epsilon, delta, 1, 1, 0.0)
+    return _calibrate_one_shot(eps, dl)
+
+
+def one_shot_filter(epsilon: float, delta: float) -> FilterSpec:
+    """The filter of one call of Gaussian releases priced before the data is read
+    (``brace.private_synopsis``, ``docs/privacy-accounting.md`` §14): the single order
+    ``G = {α}`` of :func:`calibrate_one_shot` and no direct-δ share (``Δ = 0``), so it
+    admits a total ``ρ`` up to the one :func:`calibrate_one_shot` returns (Theorem 6 with
+    ``|G| = 1``: the conversion at ``α`` is at the full δ). A public function of
+    ``(ε, δ)``."""
+    eps, dl, _, _, _ = _check_common(epsilon, delta, 1, 1, 0.0)
+    return FilterSpec(eps, dl, (_calibrate_one_shot(eps, dl)[1],), 0.0)

@@ -13,7 +13,8 @@
 * The filter (:class:`FilterSpec`) admits a call only if, with the call's reserved
   weights added, the worst pair of neighbours satisfies: ``Σδ_t ≤ Δ`` and, for at least
   one order ``α`` of a **fixed** set ``G`` chosen when the budget is created,
-  ``Σ ε_t(α) ≤ B_α``, where ``B_α`` converts to ``ε`` at ``δ_α = (δ − Δ)/|G|``.
+  ``Σ ε_t(α) ≤ B_α``, where ``B_α`` converts to ``ε`` at ``δ_α = (δ − Δ)/|G|``
+  (by default the two orders of the grid that admit the largest Gaussian composition).
   By the Rényi filter at each fixed order (Feldman & Zrnic 2021, Thm 3.1, with
   predictable per-pair costs), a union over the orders of ``G`` (as in Lécuyer 2021) and
   step-by-step conditioning for the ``δ_t`` (Whitehouse et al. 2023's approximate-zCDP
@@ -37,7 +38,6 @@ from scipy import sparse
 from .._validation import check_budget
 from .accountant import RdpAccountant
 from .events import DpEvent
-from .primitives import rho_from_eps_delta
 
 __all__ = [
     "ORDERS",
@@ -104,18 +104,26 @@ class FilterSpec:
     delta_direct: float
 
     @classmethod
-    def for_budget(cls, epsilon: float, delta: float, *, n_orders: int = 4,
+    def for_budget(cls, epsilon: float, delta: float, *, n_orders: int = 2,
                    delta_direct: float | None = None) -> FilterSpec:
-        """The default filter of a budget: the ``n_orders`` orders of :data:`ORDERS`
-        nearest (in ``log(α − 1)``) to the order at which a Gaussian composition that
-        spends exactly the budget converts best, ``1 + sqrt(log(1/δ)/ρ)``, and
-        ``Δ = δ/2``. A public function of the budget."""
+        """The default filter of a budget: ``Δ = δ/2`` and the ``n_orders`` orders of
+        :data:`ORDERS` that admit the largest Gaussian composition at their own
+        thresholds — a total ``ρ`` passes at ``α`` iff ``αρ ≤ B_α``, so the orders with
+        the largest ``B_α/α`` at ``δ_α = (δ − Δ)/n_orders`` (adjacent: ``B_α/α`` is
+        unimodal on the grid). A public function of the budget
+        (``docs/privacy-accounting.md`` §12, "Which orders"; a ledger keeps the orders it
+        was created with: the earlier default was the 4 orders nearest
+        ``1 + sqrt(log(1/δ)/ρ(ε, δ))``)."""
         eps, dl = check_budget((epsilon, delta))
-        rho = rho_from_eps_delta(eps, dl)
-        x_star = math.sqrt(-math.log(dl) / rho)
-        dist = np.abs(np.log(ORDERS - 1.0) - math.log(x_star))
-        idx = tuple(sorted(int(i) for i in np.argsort(dist, kind="stable")[:n_orders]))
+        if isinstance(n_orders, bool) or not isinstance(n_orders, int | np.integer) \
+                or not 1 <= n_orders <= K:
+            raise ValueError(f"n_orders must be an int in [1, {K}]; got {n_orders!r}.")
         dd = 0.5 * dl if delta_direct is None else float(delta_direct)
+        if not 0.0 <= dd < dl:
+            raise ValueError(f"delta_direct must be in [0, delta); got {delta_direct!r} with "
+                             f"delta = {dl}.")
+        cap = _thresholds(ORDERS, eps, (dl - dd) / int(n_orders), dd) / ORDERS
+        idx = tuple(sorted(int(i) for i in np.argsort(-cap, kind="stable")[:int(n_orders)]))
         return cls(eps, dl, idx, dd)
 
     def __post_init__(self) -> None:
@@ -130,11 +138,9 @@ class FilterSpec:
     def thresholds(self) -> np.ndarray:
         """``B_α`` for the orders of ``G``: the largest RDP that converts to ``ε`` at
         ``δ_α = (δ − Δ)/|G|`` after the direct part's ``log(1/(1 − Δ))``."""
-        a = ORDERS[list(self.orders)]
-        x = a - 1.0
-        d_a = (self.delta - self.delta_direct) / len(self.orders)
-        e = self.epsilon + math.log1p(-self.delta_direct)
-        return e - np.log(x / a) + (math.log(d_a) + np.log(a)) / x
+        return _thresholds(ORDERS[list(self.orders)], self.epsilon,
+                           (self.delta - self.delta_direct) / len(self.orders),
+                           self.delta_direct)
 
     def admits(self, worst: np.ndarray) -> bool:
         """Whether a worst-pair weight vector (``(K + 1,)``) passes the filter."""
@@ -158,6 +164,15 @@ class FilterSpec:
         return {"epsilon": self.epsilon, "delta": self.delta,
                 "orders": [float(ORDERS[i]) for i in self.orders],
                 "order_indices": list(self.orders), "delta_direct": self.delta_direct}
+
+
+def _thresholds(a: np.ndarray, epsilon: float, delta_order: float,
+                delta_direct: float) -> np.ndarray:
+    """``B_α`` at orders ``a``: the RDP that converts to ``ε − log(1/(1 − Δ))`` at
+    ``delta_order`` (``docs/privacy-accounting.md`` §5)."""
+    x = a - 1.0
+    e = epsilon + math.log1p(-delta_direct)
+    return e - np.log(x / a) + (math.log(delta_order) + np.log(a)) / x
 
 
 def _meets(ca: np.ndarray, ra: np.ndarray, cb: np.ndarray, rb: np.ndarray) -> np.ndarray:

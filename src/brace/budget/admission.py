@@ -211,7 +211,7 @@ def _call_key(q: np.ndarray, T: int, eps: float, dlt: float, method: str, plan: 
 
 
 def _largest_fitting(usage: Any, lo: float, hi: float, rel: float = 1e-5,
-                     hint: float | None = None) -> float:
+                     hint: float | None = None, exact: bool = False) -> float:
     """The largest ``x ∈ [lo, hi]`` whose filter ``usage(x)`` is ≤ 1 (``usage``
     nondecreasing; ``inf`` where the call cannot be planned), to about a relative
     ``rel``: Brent's method on ``log usage`` against ``log x`` (nearly linear for
@@ -224,7 +224,10 @@ def _largest_fitting(usage: Any, lo: float, hi: float, rel: float = 1e-5,
     answer, so an answer that did not move costs one or two trials and one that moved
     a little about three, instead of some thirty over ``[lo, hi]``. What is returned
     satisfies the same contract either way (the largest admitted ``x`` to a relative
-    ``rel``, itself admitted)."""
+    ``rel``, itself admitted). ``exact`` (without a hint): Brent's method runs on to the
+    rounding level (a trial or two more), so that what spending the answer leaves of the
+    filter is at that level and a later search for what fits finds nothing, not a scrap
+    (a call that spends what remains)."""
     cache: dict[float, float] = {}
 
     def g(t: float) -> float:
@@ -275,9 +278,12 @@ def _largest_fitting(usage: Any, lo: float, hi: float, rel: float = 1e-5,
         return math.exp(b)
     if b - a <= 2.0 * xtol:
         return math.exp(a)
-    t = brentq(g, a, b, xtol=xtol, rtol=1e-12, maxiter=200)
+    polish = exact and hint is None  # log usage is nearly linear in log x: cheap
+    rtol = 4.0 * np.finfo(float).eps if polish else 1e-12
+    xtol = 1e-14 if polish else xtol
+    t = brentq(g, a, b, xtol=xtol, rtol=rtol, maxiter=200)
     t = min(t, b)
-    step = rel
+    step = 2.0 * (xtol + rtol * abs(t)) if polish else rel
     while g(t) > 0.0 and t > a:  # land on the admitted side
         t = max(a, t - step)
         step *= 2.0

@@ -34,6 +34,7 @@ from .._validation import (
     check_queries,
     check_steps,
 )
+from ..accounting.calibration import one_shot_filter
 from ..accounting.filter import FilterSpec, FootprintIndex, convert
 from ..footprints import footprints
 from ..ledger.backend import ledger_class
@@ -349,6 +350,13 @@ def private_synopsis(bank: Any, *, epsilon: float, delta: float, seeds: Any = No
     ``seeds``, §15: pass the public domain, ``bounds=(lo, hi)`` or ``ball=(c, R)``).
     Keywords as :meth:`PrivateMemory.snapshot`.
 
+    Without seeds, or with ``steps=0``, every release is a Gaussian step priced before
+    the bank is read, and the call spends the ε asked for: its filter is the one order at
+    which their composition converts best, at the full δ
+    (:func:`brace.accounting.calibration.one_shot_filter`), so the total ρ is the largest
+    whose reported conversion ``Synopsis.epsilon`` is at most ``epsilon`` (§14, "One
+    call alone"). With trajectories (``steps ≥ 1``) the budget's own filter applies.
+
     Without seeds, ``radius`` (and ``beta``) may be left out: the synopsis's radius — the
     one ``complete(how="lsr")`` uses — is then its private scale (the released median
     distance of the rows to their nearest centre), a choice paid for by the snapshot's
@@ -369,6 +377,8 @@ def private_synopsis(bank: Any, *, epsilon: float, delta: float, seeds: Any = No
         rule = "private scale"
     pm = PrivateMemory(bank, radius=radius, beta=beta, budget=(epsilon, delta),
                        accounting="global")
+    if seeds is None or (isinstance(steps, int) and steps == 0):
+        pm._filter = one_shot_filter(*pm.budget)  # Gaussian steps only, priced in advance
     syn = pm.snapshot(seeds, steps=steps, epsilon=None, seed=seed, **kw)
     if rule is not None:
         scale = float(syn.params["scale"])

@@ -77,7 +77,7 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
                 u = max(u, convert(res[2].sum(axis=0), b_delta) / total)
             return u
 
-        rho = _largest_fitting(usage, 1e-12, 1e6)
+        rho = _largest_fitting(usage, 1e-12, 1e6, exact=epsilon is None)
         if rho == 0.0:
             raise BudgetExceededError(
                 f"no snapshot of {R or 'any number of'} Voronoi rounds fits in what "

@@ -235,7 +235,8 @@ class Snapshots:
                         u = max(u, convert(cells(rho)[2].sum(axis=0), b_delta) / total)
                     return u
 
-                rho_cell = _largest_fitting(cell_usage, 1e-12, 1e6)
+                rho_cell = _largest_fitting(cell_usage, 1e-12, 1e6,
+                                            exact=epsilon is None)
                 if rho_cell == 0.0:
                     raise BudgetExceededError(
                         f"no snapshot of {R} cell rounds fits in what remains of the budget. "
