@@ -34,7 +34,13 @@ from ..ledger import LedgerError, LedgerLockTimeout
 from ..ledger_backend import LedgerUnavailable
 from .keys import ApiKey
 from .openapi import ROUTES, openapi_document
-from .requests import RequestError, check_content_type, parse_json, request_models
+from .requests import (
+    RequestError,
+    check_content_type,
+    coordinate_limit,
+    parse_json,
+    request_models,
+)
 from .service import (
     CONFIG_ENV,
     NoSynopsis,
@@ -107,8 +113,10 @@ def create_app(config: ServeConfig, service: Service | None = None) -> Starlette
     own = service is None
     state: dict[str, Any] = {"service": service if service is not None else Service(config)}
     limits = config.limits
-    models = request_models(state["service"].dim, limits)
-    openapi = openapi_document(state["service"].dim, limits)
+    n, dim = state["service"].bank.shape
+    coord = coordinate_limit(int(n), int(dim), config.radius, limits.max_steps)
+    models = request_models(int(dim), limits, coord, config.radius)
+    openapi = openapi_document(int(dim), limits, coord, config.radius)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -150,9 +150,11 @@ ROUTES: tuple[RouteSpec, ...] = (
 _HEAD = {431: ("the request line and headers are larger than the server's limit", Error)}
 
 
-def openapi_document(dim: int, limits: Limits = Limits()) -> dict[str, Any]:  # noqa: B008
+def openapi_document(dim: int, limits: Limits = Limits(),  # noqa: B008
+                     coordinate_max: float = float("inf"), radius: float = 1.0
+                     ) -> dict[str, Any]:
     """The OpenAPI 3.1 document of a server on a bank of dimension ``dim``."""
-    req = request_models(dim, limits)
+    req = request_models(dim, limits, coordinate_max, radius)
     bodies = {"retrieve": [req.retrieve], "complete": [req.complete],
               "snapshot": list(req.snapshots)}
     models = [*_MODELS, *(m for ms in bodies.values() for m in ms)]

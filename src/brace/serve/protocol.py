@@ -26,7 +26,6 @@ from .requests import Limits
 
 __all__ = ["GuardedHttpTools", "GuardedH11", "guarded_protocol"]
 
-_END = b"\r\n\r\n"
 
 
 @functools.lru_cache(maxsize=1)
@@ -45,74 +44,94 @@ def _response(status: int, reason: str, message: str) -> bytes:
 
 
 class _HeadGuard:
-    """Mixin over a uvicorn HTTP protocol: bounds the request head (see the module)."""
+    """Mixin over a uvicorn HTTP protocol: the head's time-out. From the connection's
+    start, and from the end of each response, a request's head must arrive within
+    ``header_timeout`` seconds: when the timer fires with no request in progress, the
+    connection is closed (with 408 if some of a head had come)."""
 
     limits: Limits | None = None
     transport: asyncio.Transport
     loop: asyncio.AbstractEventLoop
+    cycle: Any
 
     def _guard_limits(self) -> Limits:
         return type(self).limits or _env_limits()
 
-    def _await_head(self) -> None:
-        self._head_bytes, self._head_tail, self._in_head = 0, b"", True
-        timer = getattr(self, "_head_timer", None)
-        if timer is not None:
-            timer.cancel()
+    def _arm(self) -> None:
+        self._disarm()
+        self._seen = 0
         self._head_timer = self.loop.call_later(self._guard_limits().header_timeout,
                                                 self._head_timeout)
 
-    def _head_done(self) -> None:
-        self._in_head = False
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
+    def _disarm(self) -> None:
+        timer = getattr(self, "_head_timer", None)
+        if timer is not None:
+            timer.cancel()
+        self._head_timer = None
 
     def _head_timeout(self) -> None:
         self._head_timer = None
-        if self._in_head and not self.transport.is_closing():
-            if self._head_bytes:
-                self.transport.write(_response(
-                    408, "Request Timeout", "the request's headers did not arrive within "
-                    f"{self._guard_limits().header_timeout:g} s."))
-            self.transport.close()
+        if self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            return  # a request is being answered; re-armed when its response is complete
+        if self._seen:
+            self.transport.write(_response(
+                408, "Request Timeout", "the request's headers did not arrive within "
+                f"{self._guard_limits().header_timeout:g} s."))
+        self.transport.close()
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)  # type: ignore[misc]
-        self._head_timer = None
-        self._await_head()
+        self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if getattr(self, "_head_timer", None) is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
+        self._disarm()
         super().connection_lost(exc)  # type: ignore[misc]
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # type: ignore[misc]
         if not self.transport.is_closing():
-            self._await_head()
+            self._arm()
 
     def data_received(self, data: bytes) -> None:
-        if self._in_head:
-            limit = self._guard_limits().max_header
-            window = self._head_tail + data
-            end = window.find(_END)
-            used = self._head_bytes + (len(data) if end < 0 else
-                                       end + len(_END) - len(self._head_tail))
-            if used > limit:
-                self._in_head = False
-                if not self.transport.is_closing():
-                    self.transport.write(_response(
-                        431, "Request Header Fields Too Large", "the request line and "
-                        f"headers are larger than this server's limit of {limit} bytes."))
-                    self.transport.close()
-                return
-            if end < 0:
-                self._head_bytes, self._head_tail = used, window[-3:]
-            else:
-                self._head_done()
+        self._seen += len(data)
         super().data_received(data)  # type: ignore[misc]
+
+
+class _HeadSize:
+    """Mixin over uvicorn's httptools protocol (h11 has its own limit,
+    ``h11_max_incomplete_event_size``): the bytes received while a head is incomplete
+    are counted, and past ``max_header`` the request is answered 431 and the connection
+    closed, before httptools buffers more of it."""
+
+    _state = "idle"  # "idle" (between messages), "head", "body"
+    _head_bytes = 0
+
+    def data_received(self, data: bytes) -> None:
+        if self._state != "body":
+            self._head_bytes += len(data)
+        super().data_received(data)  # type: ignore[misc]
+        limit = self._guard_limits().max_header  # type: ignore[attr-defined]
+        if self._state != "body" and self._head_bytes > limit and \
+                not self.transport.is_closing():  # type: ignore[attr-defined]
+            self._state = "body"
+            self.transport.write(_response(  # type: ignore[attr-defined]
+                431, "Request Header Fields Too Large", "the request line and headers are "
+                f"larger than this server's limit of {limit} bytes."))
+            self.transport.close()  # type: ignore[attr-defined]
+
+    def on_message_begin(self) -> None:
+        self._state = "head"
+        super().on_message_begin()  # type: ignore[misc]
+
+    def on_headers_complete(self) -> None:
+        self._state, self._head_bytes = "body", 0
+        super().on_headers_complete()  # type: ignore[misc]
+
+    def on_message_complete(self) -> None:
+        self._state, self._head_bytes = "idle", 0
+        super().on_message_complete()  # type: ignore[misc]
 
 
 def _classes() -> tuple[type, type | None]:
@@ -126,7 +145,7 @@ def _classes() -> tuple[type, type | None]:
     except ImportError:  # httptools not installed
         return GuardedH11, None
 
-    class GuardedHttpTools(_HeadGuard, HttpToolsProtocol):
+    class GuardedHttpTools(_HeadSize, _HeadGuard, HttpToolsProtocol):
         pass
 
     return GuardedH11, GuardedHttpTools

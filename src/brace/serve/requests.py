@@ -11,15 +11,27 @@ values with its own messages (a :class:`ValueError` there is a 422 too).
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import itertools
 import json
 import math
 import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
+import annotated_types as at
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+)
+from pydantic_core import PydanticCustomError
 
 from ..accounting.calibration import EPSILON_RANGE
 from ..plan import RELEASE_MODES
@@ -27,7 +39,7 @@ from ..synopsis import MAX_SEEDS
 
 __all__ = ["RequestError", "Limits", "RetrieveRequest", "SnapshotRequest",
            "CompleteRequest", "RequestModels", "request_models", "parse_json",
-           "check_content_type", "DELTA_MIN", "DOMAIN_MAX", "MAX_ROUNDS"]
+           "check_content_type", "coordinate_limit", "DELTA_MIN", "DOMAIN_MAX", "MAX_ROUNDS"]
 
 #: the smallest δ a ledger records (its reader refuses less: ``brace.ledger``)
 DELTA_MIN = 1e-300
@@ -35,6 +47,25 @@ DELTA_MIN = 1e-300
 DOMAIN_MAX = 2.0 ** 400
 #: the most Voronoi or cell rounds a snapshot may ask for
 MAX_ROUNDS = 16
+#: a snapshot's cell radius lies in [r / 2^10, r · 2^10], its merge radius in
+#: [r / 2^30, DOMAIN_MAX] (the server's stated range; the library checks its own)
+CELL_RADIUS_RANGE = 2.0 ** 10
+MERGE_RADIUS_MIN = 2.0 ** -30
+
+
+def _json_integer(v: Any) -> Any:
+    """A JSON integer: an integer, or a number with no fractional part (``40.0``, as JSON
+    Schema counts it); never a boolean or a string."""
+    if isinstance(v, float) and not isinstance(v, bool) and v.is_integer():
+        return int(v)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    return v
+
+
+def _int(lo: int, hi: int) -> Any:
+    """A JSON integer in ``[lo, hi]`` (the bounds first: so the schema states them)."""
+    return Annotated[int, at.Ge(lo), at.Le(hi), BeforeValidator(_json_integer)]
 
 
 class RequestError(ValueError):
@@ -182,10 +213,13 @@ class RequestModels:
     """The request models of one server: the bank's dimension and the limits are part of
     the schema."""
 
-    def __init__(self, dim: int, limits: Limits) -> None:
+    def __init__(self, dim: int, limits: Limits, coordinate_max: float = math.inf,
+                 radius: float = 1.0) -> None:
         self.dim, self.limits = dim, limits
         lo_eps, hi_eps = EPSILON_RANGE
-        Coord = Annotated[float, Field(description="a finite number")]
+        Coord = (Annotated[float, Field(description="a finite number")]
+                 if coordinate_max == math.inf else
+                 Annotated[float, Field(ge=-coordinate_max, le=coordinate_max)])
         Vector = Annotated[list[Coord], Field(min_length=dim, max_length=dim,
                                               description=f"a vector of length d = {dim}")]
         Queries = Annotated[
@@ -197,9 +231,11 @@ class RequestModels:
                   f"d = {dim} (or one vector)")]
         Epsilon = Annotated[float, Field(ge=lo_eps, le=hi_eps)]
         Delta = Annotated[float, Field(ge=DELTA_MIN, lt=1.0)]
-        Steps = Annotated[int, Field(ge=1, le=limits.max_steps)]
-        Rounds = Annotated[int, Field(ge=1, le=MAX_ROUNDS)]
-        Radius = Annotated[float, Field(gt=0.0, le=DOMAIN_MAX)]
+        Steps = _int(1, limits.max_steps)
+        Rounds = _int(1, MAX_ROUNDS)
+        CellRadius = Annotated[float, Field(ge=radius / CELL_RADIUS_RANGE,
+                                            le=radius * CELL_RADIUS_RANGE)]
+        MergeRadius = Annotated[float, Field(ge=radius * MERGE_RADIUS_MIN, le=DOMAIN_MAX)]
         BoxEnd = Annotated[float, Field(ge=-DOMAIN_MAX, le=DOMAIN_MAX)]
         BoxVec = Annotated[list[BoxEnd], Field(min_length=dim, max_length=dim)]
         Bounds = Annotated[
@@ -242,19 +278,19 @@ class RequestModels:
             epsilon: Annotated[float, Field(gt=0.0, le=hi_eps)] = Field(
                 description="what the synopsis may cost (epsilon at the budget's delta)")
             rounds: Rounds = Field(None)  # type: ignore[assignment]
-            merge_radius: Radius = Field(None)  # type: ignore[assignment]
+            merge_radius: MergeRadius = Field(None)  # type: ignore[assignment]
             min_count: Annotated[float, Field(ge=0.0)] = Field(
                 None)  # type: ignore[assignment]
             again: bool = Field(False, description="release another synopsis although one "
                                 "was released (paid again)")
 
         class _FromSeeds(_Snapshot):
-            steps: Annotated[int, Field(ge=0, le=limits.max_steps)] = Field(
+            steps: _int(0, limits.max_steps) = Field(
                 None, description="private retrieval steps per seed first (default 0)"
             )  # type: ignore[assignment]
             method: Literal["brace", "global"] = Field(None)  # type: ignore[assignment]
             release: Literal[RELEASE_MODES] = Field(None)  # type: ignore
-            cell_radius: Radius = Field(None)  # type: ignore[assignment]
+            cell_radius: CellRadius = Field(None)  # type: ignore[assignment]
             keep_seeds: bool = False
 
         class SnapshotFromPoints(_FromSeeds):
@@ -264,8 +300,8 @@ class RequestModels:
             seeds: Annotated[list[Vector], Field(min_length=1, max_length=MAX_SEEDS)] = \
                 Field(description="public seed points (a list of vectors of length d)")
 
-        drawn = Literal["grid"] | Annotated[int, Field(ge=1, le=MAX_SEEDS)] \
-            if dim <= 3 else Annotated[int, Field(ge=1, le=MAX_SEEDS)]
+        drawn = Literal["grid"] | _int(1, MAX_SEEDS) \
+            if dim <= 3 else _int(1, MAX_SEEDS)
 
         class SnapshotFromDrawnSeeds(_FromSeeds):
             """A synopsis from seeds drawn in a public box: a count (uniform, public
@@ -281,7 +317,7 @@ class RequestModels:
 
             model_config = ConfigDict(**common)
             bounds: Bounds
-            project: Literal["auto"] | Annotated[int, Field(ge=1, le=max(1, dim - 1))] \
+            project: Literal["auto"] | _int(1, max(1, dim - 1)) \
                 | None = Field(None, description="a private top-k subspace first: k "
                                "(1 <= k < d) or 'auto'")
 
@@ -351,6 +387,45 @@ def _kind(v: Any) -> str:
 
 
 @functools.lru_cache(maxsize=8)
-def request_models(dim: int, limits: Limits = Limits()) -> RequestModels:  # noqa: B008
-    """The request models of a server on a bank of dimension ``dim``."""
-    return RequestModels(dim, limits)
+def request_models(dim: int, limits: Limits = Limits(),  # noqa: B008
+                   coordinate_max: float = math.inf, radius: float = 1.0) -> RequestModels:
+    """The request models of a server on a bank of dimension ``dim`` and radius
+    ``radius`` whose queries' coordinates lie in ``[-coordinate_max, coordinate_max]``."""
+    return RequestModels(dim, limits, coordinate_max, radius)
+
+
+@functools.lru_cache(maxsize=8)
+def coordinate_limit(n: int, dim: int, radius: float, max_steps: int) -> float:
+    """The largest ``r·2^k`` such that a query with every coordinate of that size passes
+    the library's public floating-point checks (:func:`brace.steps.public_checks`:
+    ``docs/privacy.md`` §8) in every plan a request may make — every method and release,
+    ε at the top of ``EPSILON_RANGE`` and δ at both ends (the finest grid), ``max_steps``
+    steps (the farthest reach) — or 0. Public values only; the schema states it."""
+    from ..plan import plan_release
+    from ..steps import public_checks
+
+    plans = []
+    for method, release, delta in itertools.product(
+            ("brace", "global", "endpoint"), (None, *RELEASE_MODES), (DELTA_MIN, 1 - 2**-53)):
+        if release is None or method == "brace":
+            with contextlib.suppress(ValueError):  # a plan the library refuses anyway
+                plans.append(plan_release((n, dim), radius=radius, method=method,
+                                          epsilon=EPSILON_RANGE[1], delta=delta,
+                                          steps=max_steps, release=release, noise="secure"))
+
+    def passes(k: int) -> bool:
+        q = np.full((1, dim), radius * 2.0**k)
+        try:
+            for plan in plans:
+                public_checks(plan, q)
+        except ValueError:
+            return False
+        return True
+
+    lo, hi = -200, 400  # passes(lo), not passes(hi)
+    if not plans or not passes(lo):
+        return 0.0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if passes(mid) else (lo, mid)
+    return radius * 2.0**lo
