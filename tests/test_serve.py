@@ -140,6 +140,10 @@ def test_keys_roles_and_tokens(client, bank, tmp_path):
     (tmp_path / "bad").write_text(f"a:{'t' * 24}:analyst")
     (tmp_path / "bad").chmod(0o644)
     assert "chmod 600" in load_keys(tmp_path / "bad")[1][0]
+    for mode in (0o666, 0o620, 0o602, 0o660):  # writable by the group or others: refused
+        (tmp_path / "bad").chmod(mode)
+        with pytest.raises(ValueError, match=f"written by other users \\(mode {mode:o}\\)"):
+            load_keys(tmp_path / "bad")
 
 
 def test_every_route(client, bank):

@@ -116,9 +116,7 @@ class _HeadSize:
         if self._state != "body" and self._head_bytes > limit and \
                 not self.transport.is_closing():  # type: ignore[attr-defined]
             self._state = "body"
-            self.transport.write(_response(  # type: ignore[attr-defined]
-                431, "Request Header Fields Too Large", "the request line and headers are "
-                f"larger than this server's limit of {limit} bytes."))
+            self.transport.write(_too_large(limit))  # type: ignore[attr-defined]
             self.transport.close()  # type: ignore[attr-defined]
 
     def on_message_begin(self) -> None:
@@ -134,11 +132,25 @@ class _HeadSize:
         super().on_message_complete()  # type: ignore[misc]
 
 
+def _too_large(limit: int) -> bytes:
+    return _response(431, "Request Header Fields Too Large", "the request line and headers "
+                     f"are larger than this server's limit of {limit} bytes.")
+
+
 def _classes() -> tuple[type, type | None]:
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class GuardedH11(_HeadGuard, H11Protocol):
-        pass
+        """h11 refuses a head over ``h11_max_incomplete_event_size`` (set to
+        ``max_header``) as a protocol error: answered 431, not 400."""
+
+        def send_400_response(self, msg: str) -> None:
+            limit = self._guard_limits().max_header
+            if len(self.conn.trailing_data[0]) > limit:  # h11: "Receive buffer too long"
+                self.transport.write(_too_large(limit))
+                self.transport.close()
+                return
+            super().send_400_response(msg)
 
     try:
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
