@@ -206,11 +206,17 @@ def test_409_and_422_bodies(client, bank):
     assert body["remaining"] == pytest.approx(8.0) and body["spent"] == 0.0
     assert 0 < body["affordable_epsilon"] < 500 and "Nothing was released" in body["message"]
     assert client.get("/v1/budget", headers=A).json()["releases"] == 0
-    for extra, match in [({"epsilon": -1.0}, "'epsilon': input should be greater than or equal to 0.000001; got -1.0."),
+    for extra, match in [({"epsilon": -1.0}, "'epsilon': input should be greater than or "
+                          "equal to 0.000001; got -1.0."),
                          ({"queries": [[1.0, 2.0, 3.0]]}, "vector of length d = 4"),
-                         ({"method": "naive"}, "'method': input should be 'brace', 'global' or 'endpoint'"),
+                         ({"method": "naive"}, "'method': input should be 'brace', 'global' "
+                          "or 'endpoint'"),
                          ({"release": "fancy"}, "'release': input should be"),
-                         ({"delta": 2.0}, "'delta': input should be less than 1")]:
+                         ({"delta": 2.0}, "'delta': input should be less than 1"),
+                         # valid per the schema, refused by the library with its message
+                         ({"epsilon": 1e-6, "delta": 1e-300, "release": "smooth"},
+                          "secure noise for the smooth release needs gamma"),
+                         ({"method": "global", "release": "count"}, "release=")]:
         r = client.post("/v1/retrieve", json={"queries": _q(bank), "steps": 1,
                                               "epsilon": 1.0, **extra}, headers=A)
         assert r.status_code == 422 and r.json()["error"] == "invalid_request", r.text
@@ -228,20 +234,30 @@ HOSTILE = [
     (b"[" * 200000, None, 400, "nests too deeply"),
     (b'{"queries": [[0, 0, 0, 0]], "steps": 1, "epsilon": ' + b"9" * 5000 + b"}", None,
      400, "not valid JSON"),
-    ({"queries": [["a", 0, 0, 0]], "steps": 1, "epsilon": 1}, None, 422, "'queries'[0][0]: input should be a valid number; got 'a'."),
-    ({"queries": [[True, 0, 0, 0]], "steps": 1, "epsilon": 1}, None, 422, "[0][0]: input should be a valid number; got True."),
-    ({"queries": "0,0,0,0", "steps": 1, "epsilon": 1}, None, 422, "'queries': input should be a valid list"),
-    ({"queries": [], "steps": 1, "epsilon": 1}, None, 422, "vector of length d = 4 (the bank's dimension), not 0"),
-    ({"queries": [[0, 0, 0, 0], [0, 0]], "steps": 1, "epsilon": 1}, None, 422, "'queries'[1]: must be a vector of length d = 4"),
-    ({"queries": [[0, 0, 0, 0, 0]], "steps": 1, "epsilon": 1}, None, 422, "'queries'[0]: must be a vector of length d = 4 (the bank's dimension), not 5"),
+    ({"queries": [["a", 0, 0, 0]], "steps": 1, "epsilon": 1}, None, 422,
+     "'queries'[0][0]: input should be a valid number; got 'a'."),
+    ({"queries": [[True, 0, 0, 0]], "steps": 1, "epsilon": 1}, None, 422,
+     "[0][0]: input should be a valid number; got True."),
+    ({"queries": "0,0,0,0", "steps": 1, "epsilon": 1}, None, 422,
+     "'queries': input should be a valid list"),
+    ({"queries": [], "steps": 1, "epsilon": 1}, None, 422,
+     "vector of length d = 4 (the bank's dimension), not 0"),
+    ({"queries": [[0, 0, 0, 0], [0, 0]], "steps": 1, "epsilon": 1}, None, 422,
+     "'queries'[1]: must be a vector of length d = 4"),
+    ({"queries": [[0, 0, 0, 0, 0]], "steps": 1, "epsilon": 1}, None, 422,
+     "'queries'[0]: must be a vector of length d = 4 (the bank's dimension), not 5"),
     ({"queries": [[0, 0, 0, 0]], "steps": 1, "epsilon": "1"}, None, 422,
      "'epsilon': input should be a valid number; got '1'."),
-    ({"queries": [[0, 0, 0, 0]], "steps": 1, "epsilon": -2}, None, 422, "greater than or equal to 0.000001; got -2."),
-    ({"queries": [[0, 0, 0, 0]], "steps": 1, "epsilon": 0}, None, 422, "greater than or equal to 0.000001; got 0."),
-    ({"queries": [[0, 0, 0, 0]], "steps": 0, "epsilon": 1}, None, 422, "'steps': input should be greater than or equal to 1"),
+    ({"queries": [[0, 0, 0, 0]], "steps": 1, "epsilon": -2}, None, 422,
+     "greater than or equal to 0.000001; got -2."),
+    ({"queries": [[0, 0, 0, 0]], "steps": 1, "epsilon": 0}, None, 422,
+     "greater than or equal to 0.000001; got 0."),
+    ({"queries": [[0, 0, 0, 0]], "steps": 0, "epsilon": 1}, None, 422,
+     "'steps': input should be greater than or equal to 1"),
     ({"queries": [[0, 0, 0, 0]], "steps": 10 ** 9, "epsilon": 1}, None, 422,
      "'steps': input should be less than or equal to 64; got 1000000000."),
-    ({"queries": [[0, 0, 0, 0]], "steps": 1.5, "epsilon": 1}, None, 422, "'steps': input should be a valid integer; got 1.5."),
+    ({"queries": [[0, 0, 0, 0]], "steps": 1.5, "epsilon": 1}, None, 422,
+     "'steps': input should be a valid integer; got 1.5."),
     ({"queries": [[0, 0, 0, 0]] * 300, "steps": 1, "epsilon": 1}, None, 422, "at most 256"),
     ({"steps": 1, "epsilon": 1}, None, 422, "missing field 'queries'."),
     ({"queries": [[0, 0, 0, 0]], "steps": 1, "epsilon": 1, "seed": 7}, None, 422,
