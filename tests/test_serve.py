@@ -316,7 +316,9 @@ def test_huge_bodies_and_wrong_routes(client, bank):
                         ({"epsilon": 1.0, "seeds": _q(bank), "project": 2},
                          "unknown field 'project' in a synopsis from public seed points"),
                         ({"epsilon": 1.0}, "a snapshot needs public 'seeds'"),
-                        ({"epsilon": 1.0, "seeds": None}, "'seeds': input should be"),
+                        ({"epsilon": 1.0, "seeds": None}, "'seeds' must not be null: omit it"),
+                        ({"epsilon": 1.0, "seeds": 3, "bounds": [-1, 1], "steps": None},
+                         "'steps' must not be null"),
                         ({"epsilon": 1.0, "seeds": 3, "bounds": [1, -1]}, "lo < hi")]:
         r = client.post("/v1/snapshot", json=body, headers=ROOT)
         assert r.status_code == 422 and words in r.json()["message"], r.text

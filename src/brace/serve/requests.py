@@ -171,9 +171,6 @@ def _queries_form(v: Any) -> str:
     return "vectors" if isinstance(v, list) and v and isinstance(v[0], list) else "vector"
 
 
-_TAGS = frozenset({"vectors", "vector"})
-
-
 def _describe(loc: tuple[Any, ...], msg: str, value: Any) -> str:
     where = "".join(f"[{p}]" if isinstance(p, int) else (f"'{p}'" if i == 0 else f".{p}")
                     for i, p in enumerate(loc)) or "the body"
@@ -188,8 +185,8 @@ def _invalid(exc: ValidationError, dim: int, model: type[BaseModel]) -> RequestE
     errors = exc.errors(include_url=False)
     # a value of the wrong kind says more than an error about one of the union's forms
     first = errors[0]
-    loc = tuple(p for i, p in enumerate(first["loc"]) if i == 0 or not isinstance(p, str)
-                or p not in _TAGS)
+    # the bodies are flat: a string after the field's name is a union member's tag
+    loc = tuple(p for i, p in enumerate(first["loc"]) if i == 0 or not isinstance(p, str))
     text = _describe(loc, first["msg"].replace(" after validation", ""),
                      first.get("input"))
     ctx = first.get("ctx") or {}
@@ -198,6 +195,8 @@ def _invalid(exc: ValidationError, dim: int, model: type[BaseModel]) -> RequestE
             and isinstance(first.get("input"), list)):
         text = _describe(loc, f"must be a vector of length d = {dim} (the bank's "
                          f"dimension), not {len(first['input'])}", first["input"])
+    if first.get("input", 0) is None and len(loc) == 1:
+        text = f"'{loc[0]}' must not be null: omit it for its default."
     if first["type"] == "missing":
         text = f"missing field '{first['loc'][-1]}'."
     elif first["type"] == "extra_forbidden":
