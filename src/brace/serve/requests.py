@@ -240,7 +240,7 @@ class RequestModels:
         Bounds = Annotated[
             list[BoxEnd | BoxVec], Field(min_length=2, max_length=2),
             Field(description="a public box [lo, hi]: each a number or a vector of length "
-                  "d, with lo < hi in every coordinate")]
+                  "d, with lo < hi in every coordinate", examples=[[-4.0, 4.0]])]
         max_q = limits.max_queries
 
         def _rows(v: Any) -> list:
