@@ -124,7 +124,9 @@ def create_app(config: ServeConfig, service: Service | None = None) -> Starlette
             svc = state["service"]
             for w in svc.key_warnings:
                 log.warning("%s", w)
-            log.info("brace serve (pid %d): %s", os.getpid(), svc.describe())
+            log.info("brace serve (pid %d): %s; query coordinates within ±%.6g (the "
+                     "schema's range: the library's checks at the extreme plan)",
+                     os.getpid(), svc.describe(), coord)
         try:
             yield
         finally:
