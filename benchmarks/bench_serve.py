@@ -25,7 +25,8 @@ call, T = 1, exact OS noise (the server's ``noise="secure"``):
    service resumes.
 5. **Hostile requests** to a real server: huge bodies, NaN, strings, wrong dimension,
    negative ε, missing fields, wrong content type, bad JSON, deep nesting, bad keys,
-   garbage HTTP: each must be a 4xx with a clear message, never a 5xx.
+   garbage HTTP, a 1 MiB header (431): each must be a 4xx with a clear message, never a
+   5xx.
 
 PostgreSQL runs on a throw-away server (``tests/pgserver.py``: ``initdb`` in a
 temporary directory, a loopback port); without the server binaries its parts are
@@ -540,6 +541,10 @@ def hostile(ctx: dict[str, Any]) -> list[dict[str, Any]]:
         ("GET on a POST route", b"GET /v1/retrieve HTTP/1.1\r\nHost: x\r\nConnection: "
                                 b"close\r\n\r\n"),
         ("garbage request line", b"\x16\x03\x01 NOT HTTP\r\n\r\n"),
+        ("1 MiB header", b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * (1 << 20)
+         + b"\r\nConnection: close\r\n\r\n"),
+        ("head that never ends (1 MiB)", b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: "
+         + b"a" * (1 << 20)),
     ]
     out = []
     try:
