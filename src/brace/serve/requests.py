@@ -35,6 +35,7 @@ from pydantic_core import PydanticCustomError
 
 from ..accounting.calibration import EPSILON_RANGE
 from ..plan import RELEASE_MODES
+from ..projection import MAX_DIM as PROJECT_MAX_DIM
 from ..synopsis import MAX_SEEDS
 
 __all__ = ["RequestError", "Limits", "RetrieveRequest", "SnapshotRequest",
@@ -183,7 +184,6 @@ def _invalid(exc: ValidationError, dim: int, model: type[BaseModel]) -> RequestE
     """One sentence for a :class:`ValidationError`: its first error, naming the field and
     echoing the value (and how many more there are)."""
     errors = exc.errors(include_url=False)
-    # a value of the wrong kind says more than an error about one of the union's forms
     first = errors[0]
     # the bodies are flat: a string after the field's name is a union member's tag
     loc = tuple(p for i, p in enumerate(first["loc"]) if i == 0 or not isinstance(p, str))
@@ -241,10 +241,9 @@ class RequestModels:
             list[BoxEnd | BoxVec], Field(min_length=2, max_length=2),
             Field(description="a public box [lo, hi]: each a number or a vector of length "
                   "d, with lo < hi in every coordinate", examples=[[-4.0, 4.0]])]
-        max_q = limits.max_queries
-
-        def _rows(v: Any) -> list:
-            return v if v and isinstance(v[0], list) else [v]
+        # a private subspace needs 1 <= k < d <= projection.MAX_DIM
+        Project = (Literal["auto"] | _int(1, dim - 1) if 2 <= dim <= PROJECT_MAX_DIM
+                   else type(None))
 
         class RetrieveBody(_Body):
             """A private release: ``queries`` (cues), ``steps`` and ``epsilon`` per query;
@@ -316,13 +315,12 @@ class RequestModels:
 
             model_config = ConfigDict(**common)
             bounds: Bounds
-            project: Literal["auto"] | _int(1, max(1, dim - 1)) \
-                | None = Field(None, description="a private top-k subspace first: k "
-                               "(1 <= k < d) or 'auto'")
+            project: Project | None = Field(  # type: ignore[valid-type]
+                None, description="a private top-k subspace first: k (1 <= k < d) or "
+                "'auto'")
 
         self.retrieve, self.complete = RetrieveBody, CompleteBody
         self.snapshots = (SnapshotFromPoints, SnapshotFromDrawnSeeds, SnapshotWithoutSeeds)
-        self._rows, self._max_q = _rows, max_q
 
     # ----------------------------------------------------------------------------------
     def _validate(self, model: type[BaseModel], obj: Any) -> BaseModel:
@@ -334,21 +332,19 @@ class RequestModels:
         except ValidationError as exc:
             raise _invalid(exc, self.dim, model) from None
 
-    def _points(self, v: list, name: str) -> np.ndarray:
-        rows = self._rows(v)
-        if name == "queries" and len(rows) > self._max_q:
-            raise RequestError(422, "invalid_request", f"'{name}' holds {len(rows)} "
-                               f"vectors; at most {self._max_q} per request.")
-        return np.array(rows, dtype=np.float64)
+    @staticmethod
+    def _points(v: list) -> np.ndarray:
+        """Validated queries (a list of vectors, or one vector) as ``(Q, d)`` float64."""
+        return np.array(v if _queries_form(v) == "vectors" else [v], dtype=np.float64)
 
     def retrieve_request(self, obj: Any) -> RetrieveRequest:
         m = self._validate(self.retrieve, obj)
-        return RetrieveRequest(self._points(m.queries, "queries"), m.steps, m.epsilon,
+        return RetrieveRequest(self._points(m.queries), m.steps, m.epsilon,
                                m.delta, m.method, m.release)
 
     def complete_request(self, obj: Any) -> CompleteRequest:
         m = self._validate(self.complete, obj)
-        return CompleteRequest(self._points(m.queries, "queries"), m.how, m.steps)
+        return CompleteRequest(self._points(m.queries), m.how, m.steps)
 
     def snapshot_request(self, obj: Any) -> SnapshotRequest:
         """One of three forms, chosen by ``seeds``: points, a count or ``"grid"`` (with
