@@ -191,9 +191,10 @@ def create_app(config: ServeConfig, service: Service | None = None) -> Starlette
                 response = await fn(request)
             except Exception as exc:  # every failure is a JSON response, never a traceback
                 response = _response_for(exc, name)
-            log.debug("%s %s -> %d in %.1f ms (key %s)", request.method, request.url.path,
-                      response.status_code, 1e3 * (time.perf_counter() - t0),
-                      getattr(request.state, "key", "-"))
+            if log.isEnabledFor(logging.DEBUG):  # request.url is built on demand
+                log.debug("%s %s -> %d in %.1f ms (key %s)", request.method,
+                          request.url.path, response.status_code,
+                          1e3 * (time.perf_counter() - t0), getattr(request.state, "key", "-"))
             return response
 
         endpoint.__name__ = name
