@@ -207,7 +207,7 @@ def test_409_and_422_bodies(client, bank):
     assert 0 < body["affordable_epsilon"] < 500 and "Nothing was released" in body["message"]
     assert client.get("/v1/budget", headers=A).json()["releases"] == 0
     for extra, match in [({"epsilon": -1.0}, "'epsilon': input should be greater than or "
-                          "equal to 0.000001; got -1.0."),
+                          "equal to 1e-06; got -1.0."),
                          ({"queries": [[1.0, 2.0, 3.0]]}, "vector of length d = 4"),
                          ({"method": "naive"}, "'method': input should be 'brace', 'global' "
                           "or 'endpoint'"),
@@ -249,9 +249,9 @@ HOSTILE = [
     ({"queries": [[0, 0, 0, 0]], "steps": 1, "epsilon": "1"}, None, 422,
      "'epsilon': input should be a valid number; got '1'."),
     ({"queries": [[0, 0, 0, 0]], "steps": 1, "epsilon": -2}, None, 422,
-     "greater than or equal to 0.000001; got -2."),
+     "greater than or equal to 1e-06; got -2."),
     ({"queries": [[0, 0, 0, 0]], "steps": 1, "epsilon": 0}, None, 422,
-     "greater than or equal to 0.000001; got 0."),
+     "greater than or equal to 1e-06; got 0."),
     ({"queries": [[0, 0, 0, 0]], "steps": 0, "epsilon": 1}, None, 422,
      "'steps': input should be greater than or equal to 1"),
     ({"queries": [[0, 0, 0, 0]], "steps": 10 ** 9, "epsilon": 1}, None, 422,
@@ -264,6 +264,14 @@ HOSTILE = [
      "unknown field 'seed' in a private release; its fields are queries, steps,"),
     ({"queries": [[0, 0, 0, 0]], "steps": 1, "epsilon": 1, "return_clean": True}, None, 422,
      "unknown field 'return_clean' in a private release"),
+    ({"queries": [[0, 0, 0, 0]], "steps": None, "epsilon": 1}, None, 422,
+     "'steps' must not be null"),
+    ({"queries": [[0, 0, 0, 0]], "steps": 1, "epsilon": 2e6}, None, 422,
+     "'epsilon': input should be less than or equal to 1e+06; got 2000000.0."),
+    ({"queries": [[0, 0, 0, 0]], "steps": 1, "epsilon": 1, "delta": 1e-301}, None, 422,
+     "'delta': input should be greater than or equal to 1e-300"),
+    ({"queries": [[0, 0, 0, 1e300]], "steps": 1, "epsilon": 1}, None, 422,
+     "'queries'[0][3]: input should be less than or equal to"),
     ([1, 2, 3], None, 422, "must be a JSON object"),
     ("just a string", None, 422, "must be a JSON object"),
     ({"queries": [[0, 0, 0, 0]], "steps": 1, "epsilon": 1}, "text/plain", 415, "application/json"),
@@ -324,6 +332,9 @@ def test_huge_bodies_and_wrong_routes(client, bank):
         assert r.status_code == 422 and words in r.json()["message"], r.text
     r = client.post("/v1/complete", json={"queries": _q(bank), "how": "magic"}, headers=A)
     assert r.status_code == 422
+    r = client.post("/v1/complete", json={"queries": _q(bank), "how": "lsr", "steps": 65},
+                    headers=A)
+    assert r.status_code == 422 and "less than or equal to 64" in r.json()["message"]
 
 
 def test_a_free_repeat_is_served_from_the_ledger(client, bank):

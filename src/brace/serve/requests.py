@@ -190,6 +190,13 @@ def _invalid(exc: ValidationError, dim: int, model: type[BaseModel]) -> RequestE
     text = _describe(loc, first["msg"].replace(" after validation", ""),
                      first.get("input"))
     ctx = first.get("ctx") or {}
+    bound = {"greater_than_equal": ("ge", "greater than or equal to"),
+             "less_than_equal": ("le", "less than or equal to"),
+             "greater_than": ("gt", "greater than"),
+             "less_than": ("lt", "less than")}.get(first["type"])
+    if bound is not None and bound[0] in ctx:  # pydantic writes 1e-300 in full
+        text = _describe(loc, f"input should be {bound[1]} {ctx[bound[0]]:.6g}",
+                         first.get("input"))
     if (first["type"] in ("too_short", "too_long") and dim in (ctx.get("min_length"),
                                                               ctx.get("max_length"))
             and isinstance(first.get("input"), list)):
