@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import socket
 import sys
 
 from ..ledger.url import is_server_url
@@ -51,6 +52,11 @@ def add_parser(sub) -> None:
                    help="most retrieval steps in one request")
     p.add_argument("--lock-timeout", type=finite_float, default=60.0,
                    help="seconds a call waits for the ledger's lock before a 503")
+    p.add_argument("--header-timeout", type=finite_float, default=10.0,
+                   help="seconds for a request's line and headers to arrive (the "
+                   "connection is closed beyond; they are limited to 16 KiB)")
+    p.add_argument("--body-timeout", type=finite_float, default=10.0,
+                   help="seconds for a request's body to arrive (408 beyond)")
     p.add_argument("--accounting", choices=("local", "global"), default="local",
                    help="how releases are charged (docs/ledger.md)")
     p.add_argument("--log-level", default="info",
@@ -80,10 +86,14 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--port must be in [1, 65535]; got {args.port}.")
     if not (args.lock_timeout >= 0):
         raise ValueError("--lock-timeout must be >= 0.")
+    for name in ("header_timeout", "body_timeout"):
+        if not 0 < getattr(args, name) <= 3600:
+            raise ValueError(f"--{name.replace('_', '-')} must be in (0, 3600] seconds; got "
+                             f"{getattr(args, name)}.")
     try:
         import uvicorn
 
-        from ..serve import Limits, ServeConfig, Service, create_app
+        from ..serve import Limits, ServeConfig, Service, create_app, protocol
         from ..serve.app import configure_logging
         from ..serve.service import CONFIG_ENV
     except ImportError as exc:
@@ -93,12 +103,19 @@ def run(args: argparse.Namespace) -> int:
         bank=os.path.abspath(args.bank), radius=float(args.radius),
         ledger=args.ledger if is_server_url(args.ledger) else os.path.abspath(args.ledger),
         keys=os.path.abspath(args.keys),
-        limits=Limits(args.max_body, args.max_queries, args.max_steps),
+        limits=Limits(args.max_body, args.max_queries, args.max_steps,
+                      header_timeout=float(args.header_timeout),
+                      body_timeout=float(args.body_timeout)),
         lock_timeout=float(args.lock_timeout), accounting=args.accounting,
         log_level=args.log_level, bank_mode=args.bank_mode)
     # check everything once before listening: keys, bank, and that the ledger is this
     # bank's (a foreign ledger is refused here, with one line)
     service = Service(config)
+    try:
+        _check_listen(args.host, args.port)
+    except ValueError:
+        service.close()
+        raise
     for w in service.key_warnings:
         print(f"brace serve: warning: {w}", file=sys.stderr)
     if not _is_loopback(args.host):
@@ -107,19 +124,50 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     print(f"brace serve: {service.describe()}; http://{args.host}:{args.port} with "
           f"{args.workers} worker(s)", file=sys.stderr, flush=True)
+    # the request head is bounded in size and time whichever parser runs (protocol.py)
     common = dict(host=args.host, port=args.port, log_level=args.log_level,
                   server_header=False, proxy_headers=False, timeout_keep_alive=5,
-                  h11_max_incomplete_event_size=16 * 1024)
-    if args.workers == 1:
-        configure_logging(args.log_level)
-        uvicorn.run(create_app(config, service=service), **common)
+                  h11_max_incomplete_event_size=config.limits.max_header,
+                  http=protocol.guarded_protocol())
+    try:
+        if args.workers == 1:
+            for cls in (protocol.GuardedH11, protocol.GuardedHttpTools):
+                if cls is not None:
+                    cls.limits = config.limits
+            configure_logging(args.log_level)
+            uvicorn.run(create_app(config, service=service), **common)
+            return 0
         service.close()
-        return 0
-    service.close()
-    os.environ[CONFIG_ENV] = config.to_json()
-    uvicorn.run("brace.serve.app:app_from_env", factory=True, workers=args.workers,
-                **common)
+        service = None  # the workers open their own
+        os.environ[CONFIG_ENV] = config.to_json()
+        uvicorn.run("brace.serve.app:app_from_env", factory=True, workers=args.workers,
+                    **common)
+    except SystemExit as exc:  # uvicorn exits when it cannot start (its log says why)
+        if exc.code not in (None, 0):
+            raise ValueError(f"the server on {args.host}:{args.port} stopped: it could not "
+                             "start or run (see the log above).") from None
+    finally:
+        if service is not None:
+            service.close()
     return 0
+
+
+def _check_listen(host: str, port: int) -> None:
+    """Refuse, with one line, an address that cannot be listened on (an unknown host, a
+    busy port) before uvicorn tries."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ValueError(f"--host {host!r} is not an address of this machine ({exc.strerror})."
+                         ) from None
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            sock.bind(addr)
+        except OSError as exc:
+            raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror}.") from None
 
 
 def _is_loopback(host: str) -> bool:

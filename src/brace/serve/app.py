@@ -33,14 +33,13 @@ from ..budget import AdmittedCallFailed, BudgetExceededError
 from ..ledger import LedgerError, LedgerLockTimeout
 from ..ledger.backend import LedgerUnavailable
 from .keys import ApiKey
-from .openapi import openapi_document
+from .openapi import ROUTES, openapi_document
 from .requests import (
     RequestError,
     check_content_type,
-    complete_request,
+    coordinate_limit,
     parse_json,
-    retrieve_request,
-    snapshot_request,
+    request_models,
 )
 from .service import (
     CONFIG_ENV,
@@ -67,7 +66,8 @@ def _response_for(exc: BaseException, route: str, admin: bool = False) -> JSONRe
     """The response for an exception; what is not the caller's to know is logged (the
     place of other analysts' queries in a 409 goes to admin keys only)."""
     if isinstance(exc, RequestError):
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        headers = ({"WWW-Authenticate": "Bearer"} if exc.status == 401 else
+                   {"Connection": "close"} if exc.status in (408, 413) else None)
         return _error(exc.status, exc.kind, str(exc), headers)
     if isinstance(exc, BudgetExceededError):
         message = str(exc)
@@ -119,21 +119,25 @@ def _response_for(exc: BaseException, route: str, admin: bool = False) -> JSONRe
 
 
 def create_app(config: ServeConfig, service: Service | None = None) -> Starlette:
-    """The application. Without ``service`` it opens one at startup (and closes it at
-    shutdown); give one to share it (tests)."""
-    state: dict[str, Any] = {"service": service}
+    """The application. Without ``service`` it opens one now (the request schemas need
+    the bank's dimension) and closes it at shutdown; give one to share it (tests)."""
+    own = service is None
+    state: dict[str, Any] = {"service": service if service is not None else Service(config)}
     limits = config.limits
-    openapi = openapi_document(limits)
+    n, dim = state["service"].bank.shape
+    coord = coordinate_limit(int(n), int(dim), config.radius, limits.max_steps)
+    models = request_models(int(dim), limits, coord, config.radius)
+    openapi = openapi_document(int(dim), limits, coord, config.radius)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        own = state["service"] is None
         if own:
-            state["service"] = await anyio.to_thread.run_sync(Service, config)
             svc = state["service"]
             for w in svc.key_warnings:
                 log.warning("%s", w)
-            log.info("brace serve (pid %d): %s", os.getpid(), svc.describe())
+            log.info("brace serve (pid %d): %s; query coordinates within ±%.6g (the "
+                     "schema's range: the library's checks at the extreme plan)",
+                     os.getpid(), svc.describe(), coord)
         try:
             yield
         finally:
@@ -166,6 +170,8 @@ def create_app(config: ServeConfig, service: Service | None = None) -> Starlette
         return key
 
     async def json_body(request: Request) -> Any:
+        """The body, read within ``limits.body_timeout`` seconds (408) and at most
+        ``limits.max_body`` bytes (413), as JSON (400)."""
         check_content_type(request.headers.get("content-type"))
         cl = request.headers.get("content-length")
         too_big = RequestError(413, "payload_too_large", f"the body is larger than this "
@@ -176,11 +182,16 @@ def create_app(config: ServeConfig, service: Service | None = None) -> Starlette
             if int(cl) > limits.max_body:
                 raise too_big
         chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limits.max_body:
-                raise too_big
-            chunks.append(chunk)
+        try:
+            with anyio.fail_after(limits.body_timeout):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > limits.max_body:
+                        raise too_big
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise RequestError(408, "request_timeout", f"the body did not arrive within "
+                               f"{limits.body_timeout:g} s.") from None
         return parse_json(b"".join(chunks))
 
     def route(fn: Callable[[Request], Any]) -> Callable[[Request], Any]:
@@ -192,9 +203,10 @@ def create_app(config: ServeConfig, service: Service | None = None) -> Starlette
                 response = await fn(request)
             except Exception as exc:  # every failure is a JSON response, never a traceback
                 response = _response_for(exc, name, getattr(request.state, "admin", False))
-            log.debug("%s %s -> %d in %.1f ms (key %s)", request.method, request.url.path,
-                      response.status_code, 1e3 * (time.perf_counter() - t0),
-                      getattr(request.state, "key", "-"))
+            if log.isEnabledFor(logging.DEBUG):  # request.url is built on demand
+                log.debug("%s %s -> %d in %.1f ms (key %s)", request.method,
+                          request.url.path, response.status_code,
+                          1e3 * (time.perf_counter() - t0), getattr(request.state, "key", "-"))
             return response
 
         endpoint.__name__ = name
@@ -203,7 +215,7 @@ def create_app(config: ServeConfig, service: Service | None = None) -> Starlette
     @route
     async def retrieve(request: Request) -> JSONResponse:
         authorise(request)
-        req = retrieve_request(await json_body(request), limits)
+        req = models.retrieve_request(await json_body(request))
         return JSONResponse(await in_ledger_thread(svc().retrieve, req))
 
     @route
@@ -214,7 +226,7 @@ def create_app(config: ServeConfig, service: Service | None = None) -> Starlette
     @route
     async def snapshot(request: Request) -> JSONResponse:
         authorise(request, admin=True)
-        req = snapshot_request(await json_body(request), limits)
+        req = models.snapshot_request(await json_body(request))
         return JSONResponse(await in_ledger_thread(svc().snapshot, req))
 
     @route
@@ -225,7 +237,7 @@ def create_app(config: ServeConfig, service: Service | None = None) -> Starlette
     @route
     async def complete(request: Request) -> JSONResponse:
         authorise(request)
-        req = complete_request(await json_body(request), limits)
+        req = models.complete_request(await json_body(request))
         return JSONResponse(await anyio.to_thread.run_sync(svc().complete, req))
 
     @route
@@ -243,23 +255,42 @@ def create_app(config: ServeConfig, service: Service | None = None) -> Starlette
         text = {404: f"no route {request.url.path}; see /openapi.json.",
                 405: f"{request.method} is not allowed on {request.url.path}."}.get(
             status, str(getattr(exc, "detail", "error")))
-        return _error(status, kind, text)
+        return _error(status, kind, text, getattr(exc, "headers", None))  # 405: Allow
 
     async def server_error(request: Request, exc: Exception) -> JSONResponse:
         return _response_for(exc, request.url.path)
 
-    routes = [
-        Route("/v1/retrieve", retrieve, methods=["POST"]),
-        Route("/v1/budget", budget, methods=["GET"]),
-        Route("/v1/snapshot", snapshot, methods=["POST"]),
-        Route("/v1/synopsis", synopsis, methods=["GET"]),
-        Route("/v1/complete", complete, methods=["POST"]),
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/openapi.json", openapi_json, methods=["GET"]),
-    ]
-    return Starlette(routes=routes, lifespan=lifespan,
-                     exception_handlers={HTTPException: http_error,
-                                         Exception: server_error})
+    handlers = {"retrieve": retrieve, "budget": budget, "snapshot": snapshot,
+                "synopsis": synopsis, "complete": complete, "healthz": healthz,
+                "openapi": openapi_json}
+    routes = [Route(r.path, handlers[r.name], methods=[r.method]) for r in ROUTES]
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={HTTPException: http_error,
+                                        Exception: server_error})
+    return _HeaderLimit(app, limits.max_header)  # type: ignore[return-value]
+
+
+class _HeaderLimit:
+    """431 for a request whose line and headers exceed ``limit`` bytes, whatever server
+    runs the application (``brace serve``'s protocol refuses them earlier,
+    :mod:`.protocol`)."""
+
+    def __init__(self, app: Starlette, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    def __getattr__(self, name: str) -> Any:  # router, state, …: the application's
+        return getattr(self.app, name)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            size = (len(scope.get("raw_path") or b"") + len(scope.get("query_string", b""))
+                    + sum(len(k) + len(v) + 4 for k, v in scope["headers"]))
+            if size > self.limit:
+                await _error(431, "request_header_fields_too_large", "the request line and "
+                             f"headers are larger than this server's limit of {self.limit} "
+                             "bytes.", {"Connection": "close"})(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def configure_logging(level: str) -> None:

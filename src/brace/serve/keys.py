@@ -93,13 +93,18 @@ class KeyRing:
 
 def load_keys(path: str | os.PathLike) -> tuple[KeyRing, list[str]]:
     """Read a keys file: the :class:`KeyRing` and a list of warnings (a file that
-    others may read). Raises :class:`ValueError` naming the line for anything else."""
+    others may read). A file that others may write is refused; anything else wrong is a
+    :class:`ValueError` naming the line."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
         mode = p.stat().st_mode
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"cannot read the keys file {p}: {exc}") from None
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):  # anyone who can write it can add a key
+        raise ValueError(f"the keys file {p} can be written by other users (mode "
+                         f"{stat.S_IMODE(mode):o}): whoever can write it can make an admin "
+                         "key. chmod 600 it.")
     warnings = []
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         warnings.append(f"the keys file {p} can be read by other users (mode "

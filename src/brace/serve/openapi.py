@@ -1,170 +1,192 @@
-"""The OpenAPI 3.1 document of ``brace serve`` (served at ``/openapi.json``)."""
+"""The service's routes and responses, declared once: :data:`ROUTES` and the pydantic
+models below give :mod:`.app` its routing and ``/openapi.json`` (OpenAPI 3.1) its
+document; the request bodies are the models of :mod:`.requests`."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import models_json_schema
 
 from .._version import __version__
-from .requests import Limits
+from .requests import Limits, request_models
 
-__all__ = ["openapi_document"]
-
-_VECTORS = {"type": "array", "minItems": 1,
-            "items": {"type": "array", "minItems": 1, "items": {"type": "number"}},
-            "description": "a list of vectors of length d (or one vector)"}
+__all__ = ["ROUTES", "RouteSpec", "openapi_document"]
 
 
-def _error(description: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    props = {"error": {"type": "string", "description": "a short code"},
-             "message": {"type": "string", "description": "one clear sentence"},
-             **(extra or {})}
-    return {"description": description, "content": {"application/json": {"schema": {
-        "type": "object", "required": ["error", "message"], "properties": props}}}}
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="allow")
 
 
-def _ok(description: str, schema: dict[str, Any]) -> dict[str, Any]:
-    return {"description": description,
-            "content": {"application/json": {"schema": schema}}}
+class Error(_Out):
+    """Every refusal or failure: a short code and one clear sentence."""
+
+    error: str = Field(description="a short code")
+    message: str = Field(description="one clear sentence")
 
 
-def _body(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"required": True, "content": {"application/json": {"schema": schema}}}
+class BudgetRefused(Error):
+    """409: the budget refuses the call; nothing was released or spent."""
+
+    spent: float | None = None
+    remaining: float | None = None
+    reason: str | None = None
+    affordable_epsilon: float | None = None
 
 
-def openapi_document(limits: Limits = Limits()) -> dict[str, Any]:  # noqa: B008
-    auth = [{"bearer": []}]
-    common = {
-        "400": _error("the body is not valid JSON (NaN and Infinity are not JSON)"),
-        "401": _error("no bearer token, or an unknown one"),
-        "413": _error(f"the body is larger than the server's limit "
-                      f"({limits.max_body} bytes by default)"),
-        "415": _error("the body is not Content-Type: application/json"),
-        "422": _error("a field is missing, unknown, of the wrong type or out of range; "
-                      "the message says which"),
-        "503": _error("the ledger is unavailable or busy: nothing was released; retry "
-                      "(Retry-After)"),
-    }
-    budget = {"type": "object", "required": ["spent", "remaining", "epsilon", "delta",
-                                             "releases"],
-              "properties": {"spent": {"type": ["number", "null"]},
-                             "remaining": {"type": "number"},
-                             "epsilon": {"type": "number"}, "delta": {"type": "number"},
-                             "releases": {"type": "integer",
-                                          "description": "releases recorded"}}}
-    retrieve_in = {
-        "type": "object", "additionalProperties": False,
-        "required": ["queries", "steps", "epsilon"],
-        "properties": {
-            "queries": {**_VECTORS, "maxItems": limits.max_queries},
-            "steps": {"type": "integer", "minimum": 1, "maximum": limits.max_steps},
-            "epsilon": {"type": "number", "exclusiveMinimum": 0,
-                        "description": "per-query epsilon"},
-            "delta": {"type": ["number", "null"],
-                      "description": "per-query delta (default 1% of the budget's)"},
-            "method": {"type": "string", "enum": ["brace", "global", "endpoint"],
-                       "default": "brace"},
-            "release": {"type": ["string", "null"],
-                        "description": "the release mode (default: the count release for "
-                        "brace in secure mode)"},
-        }}
-    retrieve_out = {
-        "type": "object",
-        "required": ["method", "outputs", "privacy", "params", "release_id", "repeat"],
-        "properties": {
-            "method": {"type": "string"},
-            "outputs": {"type": "array", "description": "(Q, T, d) released trajectories "
-                        "(endpoint: T = 1); every coordinate a multiple of its grid unit"},
-            "released_counts": {"type": "array", "description": "(Q, T) noisy gate counts "
-                                "(count release)"},
-            "grid": {"type": "array", "description": "(Q, T) public grid unit of each step"},
-            "privacy": {"type": "object", "description": "the release's privacy record"},
-            "params": {"type": "object", "description": "public parameters (no seed: "
-                       "there is none)"},
-            "release_id": {"type": "integer", "description": "its number in the ledger"},
-            "repeat": {"type": "boolean", "description": "true: an identical call was "
-                       "recorded before and is returned again, free"},
-        }}
-    snapshot_in = {
-        "type": "object", "additionalProperties": False, "required": ["epsilon"],
-        "properties": {
-            "epsilon": {"type": "number", "exclusiveMinimum": 0,
-                        "description": "what the synopsis may cost (epsilon at the "
-                        "budget's delta)"},
-            "seeds": {"description": "public seeds: points (list of vectors), a count, or "
-                      "'grid'"},
-            "bounds": {"description": "a public box (lo, hi), forwarded as given"},
-            "steps": {"type": "integer", "minimum": 0},
-            "rounds": {"type": "integer", "minimum": 1},
-            "method": {"type": "string", "enum": ["brace", "global"]},
-            "release": {"type": "string"},
-            "cell_radius": {"type": "number"}, "merge_radius": {"type": "number"},
-            "min_count": {"type": "number"}, "keep_seeds": {"type": "boolean"},
-            "project": {"anyOf": [{"type": "integer", "minimum": 1}, {"const": "auto"},
-                                  {"type": "null"}],
-                        "description": "without seeds: first a private top-k subspace, "
-                        "k an integer (1 <= k < d) or 'auto'"},
-            "again": {"type": "boolean", "default": False,
-                      "description": "release another synopsis although one was "
-                      "released (paid again)"},
-        }}
-    synopsis = {"type": "object", "description": "the published synopsis (attractors, "
-                "noisy counts, public seeds and parameters, its cost)"}
-    complete_in = {"type": "object", "additionalProperties": False, "required": ["queries"],
-                   "properties": {"queries": {**_VECTORS, "maxItems": limits.max_queries},
-                                  "how": {"type": "string", "enum": ["nearest", "lsr"]},
-                                  "steps": {"type": "integer", "minimum": 1}}}
-    complete_out = {"type": "object", "properties": {
-        "completions": {"type": "array", "description": "(Q, d)"},
-        "how": {"type": "string"}, "epsilon": {"type": "number", "const": 0}}}
+class Budget(_Out):
+    """What is spent and left (epsilon at the budget's delta)."""
+
+    spent: float | None = Field(description="null when it cannot be stated finitely")
+    remaining: float
+    epsilon: float
+    delta: float
+    releases: int = Field(description="releases recorded")
+
+
+class Release(_Out):
+    """A private release, recorded in the ledger before it is returned."""
+
+    method: str
+    outputs: list[Any] = Field(description="(Q, T, d) released trajectories (endpoint: "
+                               "T = 1); every coordinate a multiple of its grid unit")
+    released_counts: list[Any] | None = Field(None, description="(Q, T) noisy gate counts "
+                                              "(count release)")
+    grid: list[Any] | None = Field(None, description="(Q, T) public grid unit of each step")
+    privacy: dict[str, Any] = Field(description="the release's privacy record")
+    params: dict[str, Any] = Field(description="public parameters (no seed: there is none)")
+    release_id: int = Field(description="its number in the ledger")
+    repeat: bool = Field(description="true: an identical call was recorded before and is "
+                         "returned again, free")
+
+
+class Synopsis(_Out):
+    """The published synopsis: attractors, noisy counts, public seeds and parameters,
+    its cost."""
+
+
+class Completions(_Out):
+    """Completions from the published synopsis: post-processing, free."""
+
+    completions: list[list[float]] = Field(description="(Q, d)")
+    how: Literal["nearest", "lsr"]
+    epsilon: float = Field(description="0: free")
+    note: str
+
+
+class Health(_Out):
+    """Liveness, and whether the ledger answers and reads back."""
+
+    status: Literal["ok", "unavailable"]
+    ledger: str = Field(description="'ok', or what is wrong")
+
+
+_MODELS = (Error, BudgetRefused, Budget, Release, Synopsis, Completions, Health)
+
+
+@dataclass(frozen=True)
+class RouteSpec:
+    """One route: its path, method, name (the handler), who may call it (``None``: no
+    key, ``"analyst"``: any key, ``"admin"``), its body (a key of
+    :class:`~.requests.RequestModels`) and its responses (status: description, model)."""
+
+    path: str
+    method: str
+    name: str
+    summary: str
+    who: str | None
+    body: str | None
+    responses: dict[int, tuple[str, type[BaseModel] | None]]
+
+
+_KEY = {401: ("no bearer token, or an unknown one", Error)}
+_LEDGER = {503: ("the ledger is unavailable, busy or cannot be used: nothing was "
+                 "released; retry (Retry-After) or the operator must act", Error)}
+_BODY = {
+    400: ("the body is not valid JSON (NaN and Infinity are not JSON)", Error),
+    408: ("the body did not arrive within the server's time-out", Error),
+    413: ("the body is larger than the server's limit", Error),
+    415: ("the body is not Content-Type: application/json", Error),
+    422: ("a field is missing, unknown, of the wrong type or out of range, or the library "
+          "refuses a value; the message says which", Error),
+}
+_NONE = {404: ("no synopsis published yet", Error)}
+
+ROUTES: tuple[RouteSpec, ...] = (
+    RouteSpec("/v1/retrieve", "POST", "retrieve", "a private release (analyst or admin)",
+              "analyst", "retrieve", {
+                  200: ("the release, recorded", Release),
+                  409: ("the budget refuses the call: nothing was released or spent",
+                        BudgetRefused), **_KEY, **_BODY, **_LEDGER}),
+    RouteSpec("/v1/budget", "GET", "budget", "what is spent and left", "analyst", None,
+              {200: ("the budget", Budget), **_KEY, **_LEDGER}),
+    RouteSpec("/v1/snapshot", "POST", "snapshot", "release a synopsis once (admin)",
+              "admin", "snapshot", {
+                  200: ("the synopsis, published", Synopsis),
+                  403: ("an analyst key on an admin route", Error),
+                  409: ("the budget refuses it (nothing was released or spent), or a "
+                        "synopsis was already released", BudgetRefused),
+                  **_KEY, **_BODY,
+                  503: ("the ledger is unavailable or busy: nothing was released; retry "
+                        "(Retry-After). Or not_published: the synopsis was released and "
+                        "charged but could not be published", Error)}),
+    RouteSpec("/v1/synopsis", "GET", "synopsis", "the published synopsis (free)",
+              "analyst", None, {200: ("the synopsis", Synopsis), **_NONE, **_KEY,
+                                **_LEDGER}),
+    RouteSpec("/v1/complete", "POST", "complete", "complete queries from the synopsis "
+              "(free)", "analyst", "complete", {
+                  200: ("completions", Completions), **_NONE, **_KEY, **_BODY,
+                  **_LEDGER}),
+    RouteSpec("/healthz", "GET", "healthz", "liveness and whether the ledger answers "
+              "(no key)", None, None, {200: ("up, the ledger answers", Health),
+                                       503: ("the ledger does not answer or cannot be "
+                                             "read", Health)}),
+    RouteSpec("/openapi.json", "GET", "openapi", "this document (no key)", None, None,
+              {200: ("OpenAPI 3.1", None)}),
+)
+
+_HEAD = {431: ("the request line and headers are larger than the server's limit", Error)}
+
+
+def openapi_document(dim: int, limits: Limits = Limits(),  # noqa: B008
+                     coordinate_max: float = float("inf"), radius: float = 1.0
+                     ) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of a server on a bank of dimension ``dim``."""
+    req = request_models(dim, limits, coordinate_max, radius)
+    bodies = {"retrieve": [req.retrieve], "complete": [req.complete],
+              "snapshot": list(req.snapshots)}
+    models = [*_MODELS, *(m for ms in bodies.values() for m in ms)]
+    refs, defs = models_json_schema([(m, "validation") for m in models],
+                                    ref_template="#/components/schemas/{model}")
+    ref = {m: refs[(m, "validation")] for m in models}
+
+    def content(model: type[BaseModel] | None) -> dict[str, Any]:
+        schema = ref[model] if model is not None else {"type": "object"}
+        return {"content": {"application/json": {"schema": schema}}}
+
+    paths: dict[str, Any] = {}
+    for r in ROUTES:
+        op: dict[str, Any] = {"operationId": r.name, "summary": r.summary}
+        if r.who is not None:
+            op["security"] = [{"bearer": []}]
+        if r.body is not None:
+            forms = [ref[m] for m in bodies[r.body]]
+            op["requestBody"] = {"required": True, "content": {"application/json": {
+                "schema": forms[0] if len(forms) == 1 else {"oneOf": forms}}}}
+        op["responses"] = {str(s): {"description": d, **content(m)}
+                           for s, (d, m) in sorted({**r.responses, **_HEAD}.items())}
+        paths.setdefault(r.path, {})[r.method.lower()] = op
     return {
         "openapi": "3.1.0",
         "info": {"title": "brace serve: private retrieval from a dense associative memory",
                  "version": __version__,
                  "description": "Every release is (epsilon, delta)-differentially private "
                  "for each stored memory, admitted by the bank's one budget and recorded in "
-                 "its ledger before it is returned (docs/deploying.md)."},
-        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
-        "paths": {
-            "/v1/retrieve": {"post": {
-                "summary": "a private release (analyst or admin)", "security": auth,
-                "requestBody": _body(retrieve_in),
-                "responses": {"200": _ok("the release, recorded", retrieve_out),
-                              "409": _error("the budget refuses the call: nothing was "
-                                            "released or spent", {
-                                                "spent": {"type": "number"},
-                                                "remaining": {"type": "number"},
-                                                "reason": {"type": "string"},
-                                                "affordable_epsilon": {"type": "number"}}),
-                              **common}}},
-            "/v1/budget": {"get": {
-                "summary": "what is spent and left", "security": auth,
-                "responses": {"200": _ok("the budget", budget), "401": common["401"],
-                              "503": common["503"]}}},
-            "/v1/snapshot": {"post": {
-                "summary": "release a synopsis once (admin)", "security": auth,
-                "requestBody": _body(snapshot_in),
-                "responses": {"200": _ok("the synopsis, published", synopsis),
-                              "403": _error("an analyst key on an admin route"),
-                              "409": _error("the budget refuses it, or a synopsis was "
-                                            "already released"), **common,
-                              "503": _error("the ledger is unavailable or busy: nothing "
-                                            "was released; retry (Retry-After). Or "
-                                            "not_published: the synopsis was released and "
-                                            "charged but could not be published")}}},
-            "/v1/synopsis": {"get": {
-                "summary": "the published synopsis (free)", "security": auth,
-                "responses": {"200": _ok("the synopsis", synopsis),
-                              "404": _error("none published yet"), "401": common["401"]}}},
-            "/v1/complete": {"post": {
-                "summary": "complete queries from the synopsis (free)", "security": auth,
-                "requestBody": _body(complete_in),
-                "responses": {"200": _ok("completions", complete_out),
-                              "404": _error("none published yet"), **common}}},
-            "/healthz": {"get": {
-                "summary": "liveness and whether the ledger answers (no key)",
-                "responses": {"200": _ok("up", {"type": "object"}),
-                              "503": _error("the ledger does not answer")}}},
-            "/openapi.json": {"get": {"summary": "this document (no key)",
-                                      "responses": {"200": {"description": "OpenAPI"}}}},
-        },
+                 f"its ledger before it is returned (docs/deploying.md). The bank has d = "
+                 f"{dim}."},
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+                       "schemas": defs.get("$defs", {})},
+        "paths": paths,
     }

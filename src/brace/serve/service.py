@@ -147,6 +147,10 @@ def load_bank(path: str | os.PathLike, mode: str = "copy") -> np.ndarray:
                 bank = np.load(p, mmap_mode="r", allow_pickle=False)
             except Exception as exc:  # numpy raises several types for damaged files
                 raise ValueError(f"cannot read bank file {p}: {exc}") from None
+    if bank is None and mode == "mmap" and p.is_file():
+        raise ValueError(f"bank mode mmap needs a .npy bank (numpy.save), which can be "
+                         f"memory-mapped; {p} is not one. Use the copy mode, or save the "
+                         "bank as .npy.")
     if bank is None:
         bank = load_npy(p, "bank")
     if mode == "copy" and getattr(bank, "ndim", 0) == 2:
