@@ -281,7 +281,7 @@ class RequestModels:
         common = dict(extra="forbid", json_schema_extra=_omit_null_default)
 
         class _Snapshot(_Body):
-            epsilon: Annotated[float, Field(gt=0.0, le=hi_eps)] = Field(
+            epsilon: Annotated[float, Field(ge=PRIVACY_FLOOR, le=hi_eps)] = Field(
                 description="what the synopsis may cost (epsilon at the budget's delta)")
             rounds: Rounds = Field(None)  # type: ignore[assignment]
             merge_radius: MergeRadius = Field(None)  # type: ignore[assignment]
