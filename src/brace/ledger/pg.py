@@ -268,10 +268,14 @@ class PgLedger(Ledger):
 
     # ------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[None]:
+    def transaction(self, durable: bool = True) -> Iterator[None]:
         """``BEGIN`` and the head's row lock … ``COMMIT`` (rolled back on any error).
         Waits at most ``timeout`` seconds for the lock (0: no limit), then raises
-        :class:`LedgerLockTimeout`."""
+        :class:`LedgerLockTimeout`. ``durable=False`` (a call's pending charge,
+        ``docs/ledger.md`` §4.1): ``SET LOCAL synchronous_commit = off`` — the commit is
+        acknowledged once it is in the server's WAL buffers, before they are flushed:
+        it survives the death of this client process (the server holds it), not
+        perhaps a crash of the server's host."""
         with self._guard():
             conn = self._live()
             try:
@@ -279,6 +283,8 @@ class PgLedger(Ledger):
                 with conn.pipeline():  # one round trip
                     conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
                     conn.execute(f"SET LOCAL lock_timeout = '{ms}ms'")
+                    if not durable:
+                        conn.execute("SET LOCAL synchronous_commit = off")
                     cur = conn.execute(self._sql["lock"])
                 rows = cur.fetchall()
                 if not any(k == "head" for k, _ in rows):

@@ -285,12 +285,18 @@ class Ledger(Chain):
 
     # ------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[None]:
+    def transaction(self, durable: bool = True) -> Iterator[None]:
         """``BEGIN IMMEDIATE`` … ``COMMIT`` (rolled back on any error). Waits at most
         ``timeout`` seconds for the write lock, then raises :class:`LedgerLockTimeout`.
         Refused on a read-only, closed, deleted or replaced ledger (before anything is
         computed), and again just before the commit if the file was deleted or replaced
-        meanwhile."""
+        meanwhile.
+
+        ``durable=False`` (a call's pending charge, ``docs/ledger.md`` §4.1) commits
+        with ``synchronous=NORMAL``: in WAL mode the commit is written to the log (the
+        operating system's page cache) but not fsynced, so it survives the death of
+        this process but perhaps not a power loss; the next durable commit fsyncs the
+        log, and it with it."""
         conn = self._live()
         if self.read_only is not None:
             raise LedgerError(
@@ -298,8 +304,12 @@ class Ledger(Chain):
                 "be recorded, so none was made and nothing was spent.")
         self._check_identity()
         try:
+            if not durable:  # set outside a transaction only; FULL again after it
+                conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
+            if not durable:
+                self._full(conn)
             if "locked" in str(exc) or "busy" in str(exc):
                 raise LedgerLockTimeout(
                     f"could not lock ledger {self.path} within {self.timeout:g} s: "
@@ -325,8 +335,16 @@ class Ledger(Chain):
                                   "or spent.") from exc
             raise
         finally:
+            if not durable:
+                self._full(conn)
             with contextlib.suppress(OSError):
                 Path(os.fspath(self.path) + ".holder").unlink()
+
+    @staticmethod
+    def _full(conn: sqlite3.Connection) -> None:
+        """Back to ``synchronous=FULL`` (every commit but a pending charge's)."""
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("PRAGMA synchronous=FULL")
 
     @contextlib.contextmanager
     def read_view(self) -> Iterator[None]:

@@ -120,8 +120,10 @@ class ServedMemory(PrivateMemory):
 
 
 def _released_cells(record: dict[str, Any]) -> bool:
-    """A synopsis's release (not the charge of a snapshot that failed after admission)."""
-    return record["method"] == CELLS_METHOD and not record["params"].get("failed")
+    """A synopsis's release (not the charge of a snapshot that failed after admission, nor
+    one still pending: docs/ledger.md §4.1)."""
+    return record["method"] == CELLS_METHOD and not (record["params"].get("failed")
+                                                     or record["params"].get("pending"))
 
 
 BANK_MODES = ("copy", "mmap")
