@@ -10,7 +10,10 @@ only the public API, so the same file measures an earlier version for comparison
     PYTHONPATH=/path/to/earlier/src python benchmarks/bench_two_phase.py --out old.json
 
 PostgreSQL runs on a throw-away server (``tests/pgserver.py``), skipped without the
-binaries or psycopg.
+binaries or psycopg. ``--phases`` (this version only) also times the two transactions
+of a call apart, and the transaction the two-phase record adds, alone. Commit latency
+on a shared disk comes in steps of a few milliseconds, which blurs whole calls
+compared across versions; the added transaction alone is the sharper figure.
 """
 
 from __future__ import annotations
@@ -35,6 +38,72 @@ def timed_calls(ledger: Any, X: np.ndarray, calls: int, warm: int, seed: int
                 ) -> list[float]:
     kw = {} if ledger is None else {"ledger": ledger, "create": True}
     pm = brace.PrivateMemory(X, radius=0.8, budget=(1e6, 1e-5), **kw)
+    out = timed_calls_on(pm, X, calls, warm, seed)
+    pm.close()
+    return out
+
+
+def phase_costs(ledger: Any, X: np.ndarray, calls: int, seed: int) -> dict[str, Any]:
+    """The two transactions of a call timed apart (this version only): the pending
+    charge's (priced, appended, committed without an fsync) and the completion's
+    (synced, appended, durable), per call, p50 ms."""
+    from brace.ledger import Ledger
+
+    pm = brace.PrivateMemory(X, radius=0.8, budget=(1e6, 1e-5), ledger=ledger,
+                             create=True)
+    db = pm._db
+    real = type(db).transaction
+    spans: dict[bool, list[float]] = {True: [], False: []}
+
+    def timed(self: Ledger, durable: bool = True) -> Any:
+        import contextlib
+
+        @contextlib.contextmanager
+        def cm() -> Any:
+            t0 = time.perf_counter()
+            with real(self, durable):
+                yield
+            spans[durable].append(1e3 * (time.perf_counter() - t0))
+        return cm()
+
+    type(db).transaction = timed
+    try:
+        timed_calls_on(pm, X, calls, 10, seed)
+    finally:
+        type(db).transaction = real
+        pm.close()
+    return {"pending_tx_p50_ms": float(np.median(spans[False][10:])),
+            "completion_tx_p50_ms": float(np.median(spans[True][10:]))}
+
+
+def extra_transaction(ledger: Any, X: np.ndarray, calls: int) -> dict[str, Any]:
+    """What the two-phase record adds to a call, timed alone (this version only): one
+    more transaction — the lock, the metadata and the rows since the last look read and
+    verified, one pending row built, chained and appended, ``COMMIT`` without an fsync
+    (``PrivateMemory._admission`` and ``_reserve``; the pricing, which the one
+    transaction of an earlier version held too, left out), per call, p50 ms."""
+    from brace.plan import plan_release
+
+    pm = brace.PrivateMemory(X, radius=0.8, budget=(1e6, 1e-5), ledger=ledger,
+                             create=True)
+    q = X[:2]
+    plan = plan_release(pm._memory, method="brace", epsilon=1.0, delta=1e-7, steps=2,
+                        queries=2, seeded=True)
+    charge = pm._charge_row(plan, q, 2, 1.0, 1e-7, "brace", pm._reserved(plan, q), "k")
+    ms = []
+    for i in range(10 + calls):
+        t0 = time.perf_counter()
+        with pm._admission():
+            pm._reserve([charge])
+        if i >= 10:
+            ms.append(1e3 * (time.perf_counter() - t0))
+    pm.close()
+    return {"extra_tx_p50_ms": float(np.median(ms)),
+            "extra_tx_p90_ms": float(np.percentile(ms, 90))}
+
+
+def timed_calls_on(pm: Any, X: np.ndarray, calls: int, warm: int, seed: int
+                   ) -> list[float]:
     rng = np.random.default_rng(seed)
     out = []
     for i in range(warm + calls):
@@ -43,7 +112,6 @@ def timed_calls(ledger: Any, X: np.ndarray, calls: int, warm: int, seed: int
         pm.retrieve(q, steps=2, epsilon=1.0, delta=1e-7, seed=i, fresh=True)
         if i >= warm:
             out.append(1e3 * (time.perf_counter() - t0))
-    pm.close()
     return out
 
 
@@ -61,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--d", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-pg", action="store_true", help="skip PostgreSQL")
+    p.add_argument("--phases", action="store_true",
+                   help="also time the two transactions of a call apart (this version)")
     p.add_argument("--out", metavar="PATH", help="write the results as JSON")
     a = p.parse_args(argv)
     X = np.random.default_rng(a.seed).normal(size=(a.n, a.d))
@@ -69,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         res["sqlite"] = summary(timed_calls(Path(tmp) / "l.db", X, a.calls, a.warm,
                                             a.seed))
+        if a.phases:
+            res["sqlite"].update(phase_costs(Path(tmp) / "p.db", X, a.calls, a.seed))
+            res["sqlite"].update(extra_transaction(Path(tmp) / "e.db", X, a.calls))
     server = None
     if not a.no_pg:
         import pgserver
@@ -83,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 url = server.new_schema(f"bench{os.getpid()}")
                 res["postgresql"] = summary(timed_calls(url, X, a.calls, a.warm, a.seed))
+                if a.phases:
+                    url = server.new_schema(f"phases{os.getpid()}")
+                    res["postgresql"].update(phase_costs(url, X, a.calls, a.seed))
+                    url = server.new_schema(f"extra{os.getpid()}")
+                    res["postgresql"].update(extra_transaction(url, X, a.calls))
             finally:
                 server.cleanup()
     for k in ("sqlite", "postgresql"):

@@ -99,8 +99,8 @@ class LedgerState:
             "the whole adaptive history (privacy filter, docs/privacy-accounting.md §12)",
             f"  releases         : {len(self.releases)}" + (
                 f" readable, {len(self.unreadable)} unreadable" if self.unreadable else "")
-            + (f", {len(self.pending)} of them pending charges (admitted, charged, "
-               "nothing released)" if self.pending else ""),
+            + (f", of which {plural(len(self.pending), 'pending charge')} (admitted and "
+               "charged, nothing released)" if self.pending else ""),
         ]
         shown = self.releases[-last:]
         first = len(self.releases) - len(shown) + 1
