@@ -273,3 +273,36 @@ def test_a_completion_must_name_an_open_pending_charge(tmp_path):
                   outputs=row.outputs, released_counts=row.released_counts,
                   centres=row.centres, radii=row.radii)
     db.close()
+
+
+def test_a_second_snapshot_admitted_meanwhile_is_charged_not_released(tmp_path,
+                                                                      monkeypatch):
+    """The server releases one synopsis per ledger (without "again"): another process's
+    snapshot admitted while one is computed (its charge pending, not a release) is
+    caught when it records — charged, and refused with AdmittedCallFailed."""
+    pytest.importorskip("starlette")
+    import brace.budget.snapshot as snapshot
+    from brace.serve.service import ServedMemory, _released_cells
+
+    X = _bank()
+    path = tmp_path / "l.db"
+    a = ServedMemory(X, radius=0.8, budget=BUDGET, ledger=path, create=True)
+    b = ServedMemory(X, radius=0.8, budget=BUDGET, ledger=path)
+    a._snapshot_once = b._snapshot_once = True
+    real, done = snapshot.release_cell_round, []
+
+    def b_meanwhile(*args, **kw):  # a is admitted, its bank not yet read
+        if not done:
+            done.append(1)
+            _call(b, "seeded")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(snapshot, "release_cell_round", b_meanwhile)
+    with pytest.raises(AdmittedCallFailed, match="budget was charged") as e:
+        _call(a, "seeded")
+    assert type(e.value.__cause__).__name__ == "SnapshotExists"
+    state = inspect_ledger(path)
+    released = [r for r in state.releases if _released_cells(r)]
+    assert len(released) == 2 and len(state.pending) == 2  # b's two rounds; a's charge
+    a.close()
+    b.close()

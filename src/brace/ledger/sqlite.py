@@ -3,12 +3,14 @@
 ``docs/ledger.md`` describes the file, its threat model and why no returned release is
 ever unrecorded. In brief:
 
-* **One transaction per release.** :class:`brace.PrivateMemory` opens ``BEGIN
-  IMMEDIATE`` (the database's write lock), reads what other processes recorded, prices
-  the call, computes the release, inserts it with its footprints and commits — all before
-  the release is returned. WAL journal, ``synchronous=FULL``: a process killed at any
-  point leaves the ledger before or after the release, never a returned release
-  unrecorded. A lock held past ``timeout`` seconds is a :class:`LedgerLockTimeout` that
+* **Two transactions per release** (``docs/ledger.md`` §4.1). :class:`brace.PrivateMemory`
+  opens ``BEGIN IMMEDIATE`` (the database's write lock), reads what other processes
+  recorded, prices the call and appends its charge as pending rows, committed
+  (``synchronous=NORMAL``) before the bank is read; then computes the release and, in a
+  second transaction, inserts it with its footprints and commits — before the release
+  is returned. WAL journal, ``synchronous=FULL``: a process killed at any point leaves
+  the ledger before the call, with its charge or with its release, never a returned
+  release unrecorded nor an admitted call uncharged. A lock held past ``timeout`` seconds is a :class:`LedgerLockTimeout` that
   names the file and, where known, the process holding it. Before each commit the path
   must still name the file that was opened (same device and inode, and the same journal
   files): a ledger deleted or replaced while open is refused, never written to unseen.

@@ -113,7 +113,7 @@ class ServedMemory(PrivateMemory):
     def _sync(self) -> None:
         super()._sync()
         if self._snapshot_once and any(_released_cells(r) for r in self._rows):
-            # inside the snapshot's ledger transaction: atomic across processes and hosts
+            # inside the ledger's transactions (admission, and the release's record)
             raise SnapshotExists(
                 "a synopsis was already released from this ledger (GET /v1/synopsis); "
                 "POST /v1/snapshot with \"again\": true releases another, paid again.")
