@@ -10,8 +10,9 @@ ever unrecorded. In brief:
   second transaction, inserts it with its footprints and commits — before the release
   is returned. WAL journal, ``synchronous=FULL``: a process killed at any point leaves
   the ledger before the call, with its charge or with its release, never a returned
-  release unrecorded nor an admitted call uncharged. A lock held past ``timeout`` seconds is a :class:`LedgerLockTimeout` that
-  names the file and, where known, the process holding it. Before each commit the path
+  release unrecorded nor an admitted call uncharged. A lock held past ``timeout``
+  seconds is a :class:`LedgerLockTimeout` that names the file and, where known, the
+  process holding it. Before each commit the path
   must still name the file that was opened (same device and inode, and the same journal
   files): a ledger deleted or replaced while open is refused, never written to unseen.
 * **Created atomically.** A new ledger is built in a temporary file beside it and
