@@ -306,3 +306,48 @@ def test_a_second_snapshot_admitted_meanwhile_is_charged_not_released(tmp_path,
     assert len(released) == 2 and len(state.pending) == 2  # b's two rounds; a's charge
     a.close()
     b.close()
+
+
+def test_repair_keeps_the_pending_charges(tmp_path, monkeypatch):
+    """A ledger holding a standing pending charge and a record an earlier version wrote
+    unreadably (δ = 5e-324): the repaired copy keeps the charge and spends the same."""
+    import json
+
+    import brace.budget.facade as facade
+    from brace.ledger import Ledger, repair_ledger
+
+    X = _bank()
+    path = tmp_path / "l.db"
+    pm = PrivateMemory(X, radius=0.8, budget=BUDGET, ledger=path, create=True,
+                       accounting="global")
+    _call(pm, "retrieve")
+
+    def fails(*a, **kw):
+        raise RuntimeError("after admission")
+
+    with monkeypatch.context() as m:
+        m.setattr(facade, "run_plan", fails)
+        with pytest.raises(AdmittedCallFailed):
+            pm.retrieve(X[7:8], steps=1, epsilon=1.0, delta=1e-6, seed=4)
+    release = settle(pm._db.read_since(0, ""))[0][0]
+    rec = {**release.record, "delta": 5e-324,
+           "params": {k: v for k, v in release.record["params"].items()
+                      if k != "completes"}}
+    with monkeypatch.context() as m:  # as an earlier version wrote it: unchecked
+        m.setattr(Ledger, "_parse_row", lambda self, row: None)
+        with pm._db.transaction():
+            pm._db.append(call_key="earlier", record=json.loads(json.dumps(rec)),
+                          outputs=release.outputs, released_counts=release.released_counts,
+                          centres=release.centres, radii=release.radii)
+    pm.close()
+    before = inspect_ledger(path, unreadable=True)
+    assert before.pending == (3,) and [i for i, _ in before.unreadable] == [4]
+    state, fixed = repair_ledger(path, tmp_path / "fixed.db")
+    assert len(fixed) == 1 and state.pending == before.pending
+    assert state.stored == before.stored == 4
+    one = PrivateMemory(X, radius=0.8, budget=BUDGET, ledger=tmp_path / "fixed.db",
+                        accounting="global")
+    assert one.spent == pytest.approx(state.spent_global) and one.spent > before.spent_global
+    assert [r["params"].get("pending") is not None for r in one.releases] == [
+        False, True, False]
+    one.close()
