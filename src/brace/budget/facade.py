@@ -195,7 +195,10 @@ class PrivateMemory(LedgerSync, Admission, Advice, Snapshots):
 
     @property
     def releases(self) -> tuple[dict[str, Any], ...]:
-        """Every recorded release's record (from the ledger when there is one)."""
+        """Every recorded release's record (from the ledger when there is one), and the
+        record of each pending charge no release replaced (``params["pending"]``: a call
+        admitted and charged that failed, died or is still running; ``docs/ledger.md``
+        §4.1)."""
         with self._locked():
             self._sync_outside()
             return tuple(dict(r) for r in self._rows)
