@@ -107,7 +107,9 @@ def populate(path: Path, X: np.ndarray, r: float, size: int, real: int, accounti
     for _ in range(real):
         pm.retrieve(fresh_queries(X, 1, rng), steps=T, epsilon=EPS, delta=DELTA,
                     seed=rng.integers(2**63))
-    template = dict(pm.releases[0])
+    template = dict(pm.releases[0])  # each row appended below is a release of its own,
+    template["params"] = {k: v for k, v in template["params"].items()  # no completion
+                          if k != "completes"}
     del pm  # PrivateMemory has no close(): its connection closes with the object
     gc.collect()
     mem = brace.LSRMemory(X, radius=r)

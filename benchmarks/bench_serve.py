@@ -347,10 +347,11 @@ def verify(load: Load, ledger: str, budget: float) -> dict[str, Any]:
     ok = [r for r in load.records if r["kind"] == 200]
     ids = [r["release_id"] for r in ok]
     state = inspect_ledger(ledger)
-    n = len(state.releases)
+    n = len(state.releases) - len(state.pending)  # releases (not charges left pending)
+    known = set(state.ids) - set(state.pending)
     db = ledger_class(ledger).open(ledger)
     try:
-        mismatched = sum(1 for r in ok if r["release_id"] > n or not np.array_equal(
+        mismatched = sum(1 for r in ok if r["release_id"] not in known or not np.array_equal(
             db.arrays(r["release_id"])[0], r["outputs"]))
     finally:
         db.close()

@@ -19,7 +19,7 @@ import pytest
 import brace
 from brace import BudgetExceededError, PrivateMemory
 from brace.budget import inspect_ledger, migrate_json_ledger
-from brace.ledger import Ledger, LedgerError, LedgerLockTimeout
+from brace.ledger import Ledger, LedgerError, LedgerLockTimeout, settle
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 KEY = "a-test-key-of-enough-length"
@@ -435,7 +435,7 @@ def test_concurrent_creation_never_loses_a_returned_release(tmp_path):
             failed = [o[2] for o in outcomes if o[0] == "FAILED"]
             assert all("LedgerError" in f and "already exists" in f for f in failed), failed
             db = Ledger.open(tmp_path / f"ledger{t}.db", write=False)
-            rows = db.read_since(0, "")
+            rows = settle(db.read_since(0, ""))[0]  # a release replaces its charge
             db.close()
             assert sorted(r.outputs.tobytes().hex() for r in rows) == released
             assert len(released) == 1  # exactly one creator; the others refused
@@ -481,8 +481,12 @@ def test_a_ledger_deleted_or_replaced_while_open_is_refused(bank, tmp_path, monk
         return real(*a, **kw)
 
     monkeypatch.setattr(facade, "run_plan", deleting)
-    with pytest.raises(LedgerError, match="deleted or moved"):
+    # admitted (its charge committed before the bank was read): the release is refused
+    # at its record, and the call says it was charged
+    with pytest.raises(brace.budget.AdmittedCallFailed, match="budget was charged") as e:
         pm.retrieve(bank[1:2], steps=1, epsilon=1.0, delta=1e-6, seed=0)
+    assert isinstance(e.value.__cause__, LedgerError)
+    assert "deleted or moved" in str(e.value.__cause__)
     monkeypatch.setattr(facade, "run_plan", real)
     pm.close()
     # a rolled-back release is forgotten: the object reads its ledger afresh
@@ -722,7 +726,8 @@ def test_a_refused_call_keeps_what_other_processes_recorded(bank, tmp_path):
     b.retrieve(bank[:1] + 0.01, steps=1, epsilon=1.0, delta=1e-6, seed=1)
     with pytest.raises(brace.BudgetExceededError):
         a.retrieve(bank[:1], steps=3, epsilon=3.0, delta=1e-6, seed=2)
-    assert len(a._rows) == 2 and a._last_id == 2  # b's release read, kept, not re-read
+    # b's release read, kept, not re-read (each release: its pending charge, then itself)
+    assert len(a._rows) == 2 and a._last_id == 4
     a.close()
     b.close()
 

@@ -110,7 +110,10 @@ def test_budgets_past_the_ends_are_refused_before_anything_is_written(bank, tmp_
 
 
 def _earlier_version_write(db: Ledger, record: dict, row, monkeypatch) -> None:
-    """Record ``record`` as a version before the check on write did: no check."""
+    """Record ``record`` as a version before the check on write did: no check (a release
+    of its own: the completion it was copied from named a pending charge)."""
+    record = {**record, "params": {k: v for k, v in record["params"].items()
+                                   if k != "completes"}}
     with monkeypatch.context() as m:
         m.setattr(Ledger, "_parse_row", lambda self, row: None)
         with db.transaction():
@@ -143,21 +146,21 @@ def test_an_unreadable_record_is_named_and_repaired(bank, location, tmp_path, ca
                                                    monkeypatch):
     pm = PrivateMemory(bank, radius=0.8, budget=(8.0, 1e-5), ledger=location, create=True)
     pm.retrieve(bank[:1], steps=1, epsilon=1.0, delta=1e-7, method="global", seed=0)
-    row = pm._db.raw_rows()[0]
+    row = pm._db.raw_rows()[-1]  # the release (after its pending charge)
     _earlier_version_write(pm._db, {**json.loads(row[3]), "delta": 5e-324}, row,
                            monkeypatch)
     pm.close()
-    with pytest.raises(LedgerError, match="release 2 'delta' must lie in"):
+    with pytest.raises(LedgerError, match="release 3 'delta' must lie in"):
         PrivateMemory(bank, radius=0.8, budget=(8.0, 1e-5), ledger=location)
     state = inspect_ledger(location, unreadable=True)
-    assert [i for i, _ in state.unreadable] == [2] and "5e-324" in state.unreadable[0][1]
+    assert [i for i, _ in state.unreadable] == [3] and "5e-324" in state.unreadable[0][1]
     assert len(state.releases) == 1
     assert main(["ledger", "show", location]) == 1
     out, err = capsys.readouterr()
-    assert "UNREADABLE       : release 2" in out and "brace ledger repair" in err
+    assert "UNREADABLE       : release 3" in out and "brace ledger repair" in err
     target = str(tmp_path / "repaired.db")
     assert main(["ledger", "repair", location, target]) == 0
-    assert "mended release 2: delta 5e-324 recorded as 1e-300" in capsys.readouterr().out
+    assert "mended release 3: delta 5e-324 recorded as 1e-300" in capsys.readouterr().out
     fixed = PrivateMemory(bank, radius=0.8, budget=(8.0, 1e-5), ledger=target)
     recs = fixed.releases
     assert recs[1]["delta"] == PRIVACY_FLOOR and recs[1]["repaired"] == {
@@ -178,10 +181,10 @@ def test_a_damaged_record_is_not_repaired(bank, tmp_path, monkeypatch):
     path = tmp_path / "l.db"
     pm = PrivateMemory(bank, radius=0.8, budget=(8.0, 1e-5), ledger=path, create=True)
     pm.retrieve(bank[:1], steps=1, epsilon=1.0, delta=1e-7, method="global", seed=0)
-    row = pm._db.raw_rows()[0]
+    row = pm._db.raw_rows()[-1]  # the release (after its pending charge)
     _earlier_version_write(pm._db, {**json.loads(row[3]), "queries": 0}, row, monkeypatch)
     pm.close()
-    with pytest.raises(LedgerError, match="release 2 cannot be read.*Restore"):
+    with pytest.raises(LedgerError, match="release 3 cannot be read.*Restore"):
         repair_ledger(path, tmp_path / "r.db")
     assert not (tmp_path / "r.db").exists()
 

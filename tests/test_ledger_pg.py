@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from brace import BudgetExceededError, PrivateMemory
-from brace.budget import inspect_ledger, migrate_json_ledger
+from brace.budget import AdmittedCallFailed, inspect_ledger, migrate_json_ledger
 from brace.ledger import LedgerError, LedgerLockTimeout
 from brace.ledger.backend import LedgerUnavailable, ledger_class, redact_url
 from brace.ledger.backup import copy_ledger
@@ -101,7 +101,8 @@ def test_damaged_pg_ledger_is_a_clear_error_never_a_reset(bank, pg_url, damage):
         "edit": ("UPDATE releases SET record = replace(record, '\"queries\": 3', "
                  "'\"queries\": 1') WHERE id = 1", "integrity check at release 1"),
         "delete": ("DELETE FROM releases WHERE id = 1", "release 1 is missing"),
-        "head": ("DELETE FROM releases WHERE id = 2", "integrity check: it holds 1"),
+        # the last row (each release: its pending charge, then itself)
+        "head": ("DELETE FROM releases WHERE id = 4", "integrity check: it holds 3"),
         "budget": ("UPDATE meta SET value = '{\"epsilon\": 40.0, \"delta\": 1e-05}' "
                    "WHERE key = 'budget'", "integrity check \\(metadata\\)"),
         "foreign": ("UPDATE meta SET value = '\"other\"' WHERE key = 'format'",
@@ -198,19 +199,31 @@ def test_a_lost_connection_is_unavailable_then_recovers(bank, pg_url, monkeypatc
         pm.retrieve(bank[3:4], steps=1, epsilon=1.0, delta=1e-6, seed=1)
     db, real = pm._db, pm._db.transaction
 
-    @contextlib.contextmanager
-    def commit_lost():
-        with real():
-            yield
-            kill()  # after the release was computed and inserted, before COMMIT
+    def commit_lost(phase):
+        @contextlib.contextmanager
+        def transaction(durable=True):
+            with real(durable):
+                yield
+                if durable == (phase == "release"):
+                    kill()  # the rows inserted, before COMMIT
+        return transaction
 
-    monkeypatch.setattr(db, "transaction", commit_lost)
+    # the pending charge's commit lost: nothing was admitted, nothing is charged
+    monkeypatch.setattr(db, "transaction", commit_lost("charge"))
     with pytest.raises(LedgerUnavailable):
         pm.retrieve(bank[5:6], steps=1, epsilon=1.0, delta=1e-6, seed=2)
     monkeypatch.undo()
     assert len(pm.releases) == 1 == len(inspect_ledger(pg_url).releases)
+    # the release's commit lost (the release computed): its pending charge stands
+    monkeypatch.setattr(db, "transaction", commit_lost("release"))
+    with pytest.raises(AdmittedCallFailed, match="budget was charged") as e:
+        pm.retrieve(bank[5:6], steps=1, epsilon=1.0, delta=1e-6, seed=2)
+    assert isinstance(e.value.__cause__, LedgerUnavailable)
+    monkeypatch.undo()
+    assert len(pm.releases) == 2 == len(inspect_ledger(pg_url).releases)
+    assert len(inspect_ledger(pg_url).pending) == 1
     pm.retrieve(bank[5:6], steps=1, epsilon=1.0, delta=1e-6, seed=2)  # not a "repeat"
-    assert len(pm.releases) == 2 and pm.spent == pytest.approx(
+    assert len(pm.releases) == 3 and pm.spent == pytest.approx(
         inspect_ledger(pg_url).spent_local)
     admin.close()
 

@@ -159,7 +159,7 @@ def test_every_route(client, bank):
     r = client.post("/v1/retrieve", json={"queries": _q(bank, slice(0, 2)), "steps": 2,
                                           "epsilon": 1.0}, headers=A)
     out = r.json()
-    assert r.status_code == 200 and out["release_id"] == 1 and out["repeat"] is False
+    assert r.status_code == 200 and out["release_id"] == 2 and out["repeat"] is False
     assert np.shape(out["outputs"]) == (2, 2, 4) and out["params"]["noise"] == "secure"
     assert out["privacy"]["epsilon"] == 1.0 and "queries" not in out
     grid = np.asarray(out["grid"])[..., None]  # exact noise: every output on its grid
@@ -426,7 +426,7 @@ def test_a_free_repeat_is_served_from_the_ledger(client, bank):
     other = client.post("/v1/retrieve", json={**body, "epsilon": 0.7}, headers=A).json()
     db = ledger_class(client.config.ledger).open(client.config.ledger)
     try:
-        assert db.meta["head"]["count"] == 2
+        assert db.meta["head"]["count"] == 4  # two releases, each after its charge
         for got in (first, other):
             outputs, _ = db.arrays(got["release_id"])
             assert np.array_equal(outputs, np.asarray(got["outputs"]))
@@ -547,7 +547,7 @@ def test_the_service_on_a_postgresql_ledger(tmp_path, bank, pg_url):
     with TestClient(create_app(config), raise_server_exceptions=False) as c:
         r = c.post("/v1/retrieve", json={"queries": _q(bank), "steps": 2, "epsilon": 1.0},
                    headers=A)
-        assert r.status_code == 200 and r.json()["release_id"] == 1
+        assert r.status_code == 200 and r.json()["release_id"] == 2
         r = c.post("/v1/snapshot", json={"epsilon": 1.0, "seeds": _q(bank, slice(0, 5))},
                    headers=ROOT)
         assert r.status_code == 200
@@ -585,7 +585,7 @@ def test_brace_serve_runs_a_real_server(tmp_path, bank):
                                                          "application/json"},
             data=json.dumps({"queries": _q(bank), "steps": 1, "epsilon": 1.0}).encode())
         with urllib.request.urlopen(req, timeout=30) as resp:
-            assert json.load(resp)["release_id"] == 1
+            assert json.load(resp)["release_id"] == 2  # after its pending charge
     finally:
         if proc.returncode is None:  # still running (a failed start was collected)
             proc.send_signal(signal.SIGTERM)

@@ -46,17 +46,19 @@ class BudgetExceededError(RuntimeError):
 
 
 class AdmittedCallFailed(RuntimeError):
-    """A call was admitted and charged, then failed while it read the bank: nothing was
-    released, and the charge it was admitted with stays recorded (in the ledger, when
-    there is one), so the failure is not a free repeatable answer
-    (``docs/privacy-accounting.md`` §12). The message is fixed (public); the cause is
-    chained for the bank's owner. Inside the stated input ranges no call reaches it."""
+    """A call was admitted and charged, then failed while it read the bank (or while its
+    release was recorded): nothing was released, and the charge it was admitted with —
+    recorded before the bank was read (``docs/ledger.md`` §4.1) — stays, so the failure
+    is not a free repeatable answer (``docs/privacy-accounting.md`` §12). The message is
+    fixed (public); the cause is chained for the bank's owner. Inside the stated input
+    ranges no call reaches it but for a failure of the ledger itself."""
 
 
 #: the message of :class:`AdmittedCallFailed` (fixed: what failed may depend on the bank)
 CHARGED_FAILURE = ("the call was admitted and its budget was charged, then it failed while "
                    "reading the bank; nothing was released. The charge stays recorded.")
-#: ``params["failed"]`` of the rows that record such a call's charge
+#: ``params["failed"]`` of the rows an earlier version recorded for such a call's charge
+#: (now a pending charge that no completion replaces, ``docs/ledger.md`` §4.1)
 FAILED_NOTE = "admitted and charged; failed after admission, nothing released"
 
 
@@ -75,8 +77,11 @@ class Admission:
     """Mixin: pricing a call against the filter before the bank is read."""
 
     def _worst(self, extra: tuple, admission: bool = False) -> np.ndarray:
-        """The worst pair's weights; with ``admission`` only the filter's columns are
-        searched (the others hold the global total, which bounds them too)."""
+        """The worst pair's weights, the standing pending charges (``_pending``: calls
+        admitted, not yet completed, at their reserved footprints) and ``extra`` included;
+        with ``admission`` only the filter's columns are searched (the others hold the
+        global total, which bounds them too)."""
+        extra = (*self._pending.open.values(), *extra)
         if self._accounting == "global":
             out = self._index.total.copy()
             for _, _, w in extra:
@@ -164,23 +169,6 @@ class Admission:
         fp = reserved_steps(plan, q)  # a public ball per step, before the bank is read
         return (fp.centres, fp.radii,
                 np.broadcast_to(weights(plan.spent.step_event), (len(fp), K + 1)))
-
-    def _charge_failed(self, rows: list[tuple]) -> AdmittedCallFailed:
-        """Record ``rows`` — ``(record, call key, footprint centres, radii, outputs,
-        counts)``, the charge a call was admitted with, built before the bank was read —
-        for a call that failed after admission, and return the error to raise. With a
-        ledger the rows are appended in the call's transaction, which
-        :meth:`~brace.budget.sync.LedgerSync._ledger_call` commits when
-        :class:`AdmittedCallFailed` leaves it."""
-        if self._db is not None:
-            for k_, row in enumerate(rows):
-                got = self._db.append(call_key=row[1], record=row[0], outputs=row[4],
-                                      released_counts=row[5], centres=row[2], radii=row[3])
-                rows[k_] = (got.record, *row[1:])
-        self._absorb([row[:4] for row in rows])
-        if self._db is not None:
-            self._last_id, self._last_mac = got.id, self._db.meta["head"]["mac"]
-        return AdmittedCallFailed(CHARGED_FAILURE)
 
     def _after_admission(self, fn: Any, /, *args: Any, **kw: Any) -> Any:
         """``fn(*args, **kw)``: a part of an admitted call that reads the bank (a hook:

@@ -10,8 +10,10 @@ Every release is admitted by a privacy *filter* (``docs/privacy-accounting.md`` 
 
 A call that does not fit raises :class:`BudgetExceededError` before anything is
 computed, and spends nothing. Pricing, computing and recording are one critical section
-under a lock (threads) and, with a ``ledger``, one SQLite transaction (processes): the
-spend is durable *before* the release is returned (:mod:`brace.ledger`). A call identical
+under a lock (threads); with a ``ledger`` an admitted call's charge is committed as a
+*pending* row before the bank is read, and its release replaces it in a second, durable
+transaction before it is returned (``docs/ledger.md`` §4.1): a process that dies between
+the two leaves its call charged. A call identical
 to a recorded one returns the recorded release and spends nothing (``fresh=True`` asks
 for new noise and pays).
 """
@@ -51,9 +53,10 @@ from ..synopsis import Synopsis
 from .admission import (
     _PLAN_KW,
     _REFUSED_KW,
-    FAILED_NOTE,
+    CHARGED_FAILURE,
     QUERY_DELTA_SHARE,
     Admission,
+    AdmittedCallFailed,
     _call_key,
 )
 from .advice import Advice
@@ -140,9 +143,10 @@ class PrivateMemory(LedgerSync, Admission, Advice, Snapshots):
         self._lock = threading.RLock()
         self._lock_timeout = float(lock_timeout)
         self._index = FootprintIndex(self._dim)
-        self._rows: list[dict[str, Any]] = []  # records, in order
-        self._keys: dict[str, int] = {}  # call key -> position in _rows
-        self._results: dict[int, PrivateRetrievalResult] = {}
+        self._records: dict[int, dict[str, Any]] = {}  # id -> record of a counted row
+        self._keys: dict[str, int] = {}  # call key -> its release's id - 1
+        self._results: dict[int, PrivateRetrievalResult] = {}  # (in memory) id - 1 ->
+        self._pending = _ledger.PendingCharges()  # standing pending charges' terms
         self._last_id, self._last_mac = 0, ""
         self._worst_cache: tuple[int, np.ndarray] | None = None
         self._db: _ledger.Ledger | None = None
@@ -192,7 +196,10 @@ class PrivateMemory(LedgerSync, Admission, Advice, Snapshots):
 
     @property
     def releases(self) -> tuple[dict[str, Any], ...]:
-        """Every recorded release's record (from the ledger when there is one)."""
+        """Every recorded release's record (from the ledger when there is one), and the
+        record of each pending charge no release replaced (``params["pending"]``: a call
+        admitted and charged that failed, died or is still running; ``docs/ledger.md``
+        §4.1)."""
         with self._locked():
             self._sync_outside()
             return tuple(dict(r) for r in self._rows)
@@ -221,9 +228,13 @@ class PrivateMemory(LedgerSync, Admission, Advice, Snapshots):
         with self._locked():
             self._sync_outside()
             if self._accounting == "global":
-                return np.full(p.shape[0],
-                               convert(self._index.global_weights(), self._budget[1]))
+                return np.full(p.shape[0], convert(self._worst(()), self._budget[1]))
             cost = self._index.point_cost(p)
+            if self._pending.open:  # standing pending charges, at their reserved balls
+                side = FootprintIndex(self._dim)
+                for c, r, w in self._pending.open.values():
+                    side.add(c, r, w, local=False)
+                cost = cost + side.point_cost(p)
         return np.array([convert(c, self._budget[1]) for c in cost])
 
     # ----------------------------------------------------------------------------------
@@ -278,57 +289,48 @@ class PrivateMemory(LedgerSync, Admission, Advice, Snapshots):
             kw = {**kw, "noise": "secure"}  # in the call key
         key = _call_key(q, T, eps, dlt, method, plan, kw)
         with self._locked():
-            if self._db is None:
-                return self._admit_and_run(plan, q, T, eps, dlt, method, seed, kw, key,
-                                           fresh)
-            with self._ledger_call():
-                self._check_binding(self._db.meta)
-                self._sync()
-                return self._admit_and_run(plan, q, T, eps, dlt, method, seed, kw, key,
-                                           fresh)
+            return self._admit_and_run(plan, q, T, eps, dlt, method, seed, kw, key, fresh)
 
     def _admit_and_run(self, plan, q, T, eps, dlt, method, seed, kw, key, fresh):
-        if not fresh and key in self._keys:
-            return self._repeat(self._keys[key], q)
-        reserved = self._reserved(plan, q)
-        worst = self._worst((reserved,), admission=True)
-        if not self._filter.admits(worst):
-            self._refuse(worst, reserved[2], plan, q, T, eps, dlt, method)
-        # the admitted charge, before the bank is read: recorded if the call fails
-        charge = self._charge_row(plan, q, T, eps, dlt, method, reserved, key)
-        try:
+        """Admit (phase 1: the charge recorded as pending before the bank is read), run,
+        record (phase 2: the release replaces the pending charge) — ``docs/ledger.md``
+        §4.1."""
+        with self._admission():
+            if not fresh and key in self._keys:
+                return self._repeat(self._keys[key], q)
+            reserved = self._reserved(plan, q)
+            worst = self._worst((reserved,), admission=True)
+            if not self._filter.admits(worst):
+                self._refuse(worst, reserved[2], plan, q, T, eps, dlt, method)
+            pending = self._reserve([self._charge_row(plan, q, T, eps, dlt, method,
+                                                      reserved, key)])
+        try:  # admitted and charged: a failure from here on keeps the charge (§12)
             with np.errstate(all="ignore"):  # as _after_admission: the library's state
                 res = run_plan(self._memory, q, plan, seed=seed,
                                progress=kw.get("progress"))
             fp = footprints(plan, q, res.outputs)
             record = self._record(method, q, T, eps, dlt, plan, res)
             counts = getattr(res, "released_counts", None)
-        except Exception as exc:  # admitted: the failure keeps its charge (§12)
-            raise self._charge_failed([charge]) from exc
-        if self._db is not None:  # write-ahead: inserted before the release is returned
-            row = self._db.append(call_key=key, record=record, outputs=res.outputs,
-                                  released_counts=counts, centres=fp.centres,
-                                  radii=fp.radii)
-            record = row.record
-        self._absorb([(record, key, fp.centres, fp.radii)])
+        except Exception as exc:
+            raise AdmittedCallFailed(CHARGED_FAILURE) from exc
+        # write-ahead: recorded before the release is returned
+        (rid,) = self._complete(pending, [(record, key, fp.centres, fp.radii, res.outputs,
+                                           counts)])
         out = dataclasses.replace(res, **dict.fromkeys(DIAGNOSTIC_FIELDS))
-        if self._db is not None:
-            self._last_id, self._last_mac = row.id, self._db.meta["head"]["mac"]
-        else:  # in memory, the object is the only record of the outputs (for repeats)
-            self._results[len(self._rows) - 1] = out
+        if self._db is None:  # in memory, the object is the only record of the outputs
+            self._results[rid - 1] = out
         return out
 
-
     def _charge_row(self, plan, q, T, eps, dlt, method, reserved, key) -> tuple:
-        """The ledger row of a retrieval's admitted charge (its reserved footprints and
-        step event; zero outputs under a call key no call has), for a failure."""
+        """The row of a retrieval's admitted charge (its reserved footprints and step
+        event, zero outputs), recorded as pending before the bank is read."""
         T_out = 1 if method == "endpoint" else T
         record = {"method": method, "queries": int(q.shape[0]), "steps": T,
                   "dim": self._dim, "epsilon": eps, "delta": dlt, "release": plan.release,
                   "event": _ledger.event_to_dict(plan.spent.step_event),
-                  "params": {"failed": FAILED_NOTE}, "privacy": {}}
-        return (record, f"failed:{key}:{len(self._rows)}", np.asarray(reserved[0]),
-                np.asarray(reserved[1]), np.zeros((q.shape[0], T_out, self._dim)), None)
+                  "params": {}, "privacy": {}}
+        return (record, key, np.asarray(reserved[0]), np.asarray(reserved[1]),
+                np.zeros((q.shape[0], T_out, self._dim)), None)
 
     def __repr__(self) -> str:
         eps, delta = self._budget

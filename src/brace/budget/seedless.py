@@ -4,13 +4,13 @@ release, the radii releases and the Voronoi rounds (with ``project``, also the
 second-moment release, §15.1), every one at the whole space (a row anywhere is clipped
 into the domain and read) — before the bank is read, then run by
 :func:`brace.seeding.private_seeds` (:func:`brace.projection.private_projected_seeds`)
-and recorded as ``synopsis-cells`` rows. The charge is fixed before the bank is read: if
-anything after admission fails, it is recorded as it is (rows with ``params["failed"]``)
-and :class:`~brace.budget.admission.AdmittedCallFailed` is raised."""
+and recorded as ``synopsis-cells`` rows. The charge is recorded (pending rows, committed)
+before the bank is read: if anything after admission fails, or the process dies, it
+stands, and a failure raises :class:`~brace.budget.admission.AdmittedCallFailed`
+(``docs/ledger.md`` §4.1)."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
@@ -26,7 +26,12 @@ from ..ledger.state import weights
 from ..projection import ProjectionPlan, check_project, private_projected_seeds
 from ..seeding import SeedingPlan, check_rounds, parse_domain, private_seeds
 from ..synopsis import Synopsis
-from .admission import FAILED_NOTE, BudgetExceededError, _largest_fitting
+from .admission import (
+    CHARGED_FAILURE,
+    AdmittedCallFailed,
+    BudgetExceededError,
+    _largest_fitting,
+)
 
 
 def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | None,
@@ -47,51 +52,49 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
     mr = None if merge_radius is None else check_epsilon(merge_radius, "merge_radius")
     n, b_delta = pm._fingerprint["shape"][0], pm._budget[1]
     c0 = domain.centre
-    ctx = pm._ledger_call() if pm._db is not None else contextlib.nullcontext()
-    with pm._locked(), ctx:
-        if pm._db is not None:
-            pm._check_binding(pm._db.meta)
-            pm._sync()
-        total = (max(0.0, pm._budget[0] - convert(pm._worst(()), b_delta))
-                 if epsilon is None else check_privacy_epsilon(epsilon))
-        if total <= 0.0:
-            raise BudgetExceededError(
-                "no budget remains for a snapshot. Nothing was released or spent.",
-                spent=pm._budget[0], remaining=0.0, requested_total=math.inf)
+    with pm._locked():
+        with pm._admission():  # phase 1: priced, charged (pending), committed
+            total = (max(0.0, pm._budget[0] - convert(pm._worst(()), b_delta))
+                     if epsilon is None else check_privacy_epsilon(epsilon))
+            if total <= 0.0:
+                raise BudgetExceededError(
+                    "no budget remains for a snapshot. Nothing was released or spent.",
+                    spent=pm._budget[0], remaining=0.0, requested_total=math.inf)
 
-        def make(rho: float) -> Any:
-            if project is None:
-                return SeedingPlan.make(rho, n, d, R, c_min=c_min, k_cap=k_cap)
-            return ProjectionPlan.make(rho, n, d, project, R, c_min=c_min, k_cap=k_cap)
+            def make(rho: float) -> Any:
+                if project is None:
+                    return SeedingPlan.make(rho, n, d, R, c_min=c_min, k_cap=k_cap)
+                return ProjectionPlan.make(rho, n, d, project, R, c_min=c_min, k_cap=k_cap)
 
-        def reserved(rho: float) -> tuple:
+            def reserved(rho: float) -> tuple:
+                plan = make(rho)
+                w = np.stack([weights(acc_events.GaussianStep(x)) for x in plan.events()])
+                # every release reads every row (clipped into the domain): the whole space
+                return (np.repeat(c0[None], w.shape[0], 0), np.full(w.shape[0], math.inf), w)
+
+            def usage(rho: float) -> float:
+                res = reserved(rho)
+                u = pm._filter.usage(pm._worst((res,), admission=True))
+                if epsilon is not None:  # the snapshot alone within its own epsilon
+                    u = max(u, convert(res[2].sum(axis=0), b_delta) / total)
+                return u
+
+            rho = _largest_fitting(usage, 1e-12, 1e6, exact=epsilon is None)
+            if rho == 0.0:
+                raise BudgetExceededError(
+                    f"no snapshot of {R or 'any number of'} Voronoi rounds fits in what "
+                    "remains of the budget. Nothing was released or spent.", spent=pm.spent,
+                    remaining=pm.remaining, requested_total=math.inf)
             plan = make(rho)
-            w = np.stack([weights(acc_events.GaussianStep(x)) for x in plan.events()])
-            # every release reads every row (clipped into the domain): the whole space
-            return (np.repeat(c0[None], w.shape[0], 0), np.full(w.shape[0], math.inf), w)
-
-        def usage(rho: float) -> float:
-            res = reserved(rho)
-            u = pm._filter.usage(pm._worst((res,), admission=True))
-            if epsilon is not None:  # the snapshot alone within its own epsilon
-                u = max(u, convert(res[2].sum(axis=0), b_delta) / total)
-            return u
-
-        rho = _largest_fitting(usage, 1e-12, 1e6, exact=epsilon is None)
-        if rho == 0.0:
-            raise BudgetExceededError(
-                f"no snapshot of {R or 'any number of'} Voronoi rounds fits in what "
-                "remains of the budget. Nothing was released or spent.", spent=pm.spent,
-                remaining=pm.remaining, requested_total=math.inf)
-        plan = make(rho)
-        key = hashlib.sha256(json.dumps({"domain": domain.to_dict(), "plan": plan.to_dict(),
-                                         "public_seed": int(public_seed)},
-                                        sort_keys=True).encode()).hexdigest()
-        # the admitted charge, fixed before the bank is read (every event at the whole
-        # space): recorded as it is if anything after admission fails (§15, Theorem 15)
-        charge = [_charge_row(x, i, key, len(pm._rows), d, c0, b_delta, noise, domain)
-                  for i, x in enumerate(plan.events())]
-        run = private_seeds if project is None else private_projected_seeds
+            key = hashlib.sha256(json.dumps({"domain": domain.to_dict(), "plan": plan.to_dict(),
+                                             "public_seed": int(public_seed)},
+                                            sort_keys=True).encode()).hexdigest()
+            # the admitted charge (every event at the whole space), recorded (pending)
+            # before the bank is read: it stands if anything after admission fails (§15)
+            charge = [_charge_row(x, i, key, len(pm._rows), d, c0, b_delta, noise, domain)
+                      for i, x in enumerate(plan.events())]
+            run = private_seeds if project is None else private_projected_seeds
+            pending = pm._reserve(charge)
         try:
             out = pm._after_admission(run, pm._memory, domain, plan, noise=noise, rng=rng,
                                       public_seed=int(public_seed), merge_radius=mr,
@@ -100,15 +103,8 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
             if [r[0]["event"] for r in rows] != [r[0]["event"] for r in charge]:
                 raise RuntimeError("the releases differ from the admitted plan")
         except Exception as exc:  # admitted: the failure keeps its charge
-            raise pm._charge_failed(charge) from exc
-        if pm._db is not None:
-            for k_, row in enumerate(rows):
-                got = pm._db.append(call_key=row[1], record=row[0], outputs=row[4],
-                                    released_counts=None, centres=row[2], radii=row[3])
-                rows[k_] = (got.record, *row[1:])
-        pm._absorb([row[:4] for row in rows])
-        if pm._db is not None:
-            pm._last_id, pm._last_mac = got.id, pm._db.meta["head"]["mac"]
+            raise AdmittedCallFailed(CHARGED_FAILURE) from exc
+        pm._complete(pending, rows)  # phase 2: the releases replace it
         total_w = sum(weights(acc_events.GaussianStep(x)) for x in plan.events())
         cost = convert(total_w, b_delta)
     counts = np.maximum(np.rint(out["counts"]), 0).astype(np.int64)
@@ -147,15 +143,15 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
 
 def _charge_row(rho: float, i: int, key: str, pos: int, d: int, c0: np.ndarray,
                 b_delta: float, noise: str, domain: Any) -> tuple:
-    """The ledger row of release ``i``'s admitted charge (``ρ``-zCDP at the whole space;
-    zero outputs), recorded only if the snapshot fails after admission."""
+    """The row of release ``i``'s admitted charge (``ρ``-zCDP at the whole space; zero
+    outputs), recorded as pending before the bank is read (``docs/ledger.md`` §4.1)."""
     ev = acc_events.GaussianStep(rho)
     return ({"method": _ledger.CELLS_METHOD, "queries": 1, "steps": 1, "dim": d,
              "epsilon": convert(weights(ev), b_delta), "delta": b_delta,
              "release": "cells", "event": _ledger.event_to_dict(ev),
-             "params": {"kind": "failed", "round": i + 1, "of": key, "noise": noise,
-                        "domain": domain.to_dict(), "failed": FAILED_NOTE},
-             "privacy": {}}, f"failed:{key}:{pos}:{i}", c0[None], np.array([math.inf]),
+             "params": {"kind": "charge", "round": i + 1, "of": key, "noise": noise,
+                        "domain": domain.to_dict()},
+             "privacy": {}}, f"cells:{key}:{pos}:{i}", c0[None], np.array([math.inf]),
             np.zeros((1, 1, d)), None)
 
 

@@ -4,7 +4,6 @@ once through the filter, recorded in the ledger as ``synopsis-cells`` rows."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -46,7 +45,13 @@ from ..synopsis import (
     release_cell_round,
     snapshot_noise,
 )
-from .admission import FAILED_NOTE, BudgetExceededError, _call_key, _largest_fitting
+from .admission import (
+    CHARGED_FAILURE,
+    AdmittedCallFailed,
+    BudgetExceededError,
+    _call_key,
+    _largest_fitting,
+)
 from .seedless import snapshot_without_seeds
 
 
@@ -211,84 +216,82 @@ class Snapshots:
         r, n, b_delta = self.radius, self._fingerprint["shape"][0], self._budget[1]
         rc = r if cell_radius is None else check_cell_radius(cell_radius)
         rng, seed_record = rng_and_record(seed)  # a seed is recorded only if passed
-        ctx = self._ledger_call() if self._db is not None else contextlib.nullcontext()
-        with self._locked(), ctx:
-            if self._db is not None:
-                self._check_binding(self._db.meta)
-                self._sync()
-            total = (max(0.0, self._budget[0] - convert(self._worst(()), b_delta))
-                     if epsilon is None else check_privacy_epsilon(epsilon))
-            if total <= 0.0:
-                raise BudgetExceededError(
-                    "no budget remains for a snapshot. Nothing was released or spent.",
-                    spent=self._budget[0], remaining=0.0, requested_total=math.inf)
-            hc, hr = np.mean(S, axis=0), _cells_radius(S, T, R, r, rc)
+        with self._locked():
+            with self._admission():  # phase 1: priced, charged (pending), committed
+                total = (max(0.0, self._budget[0] - convert(self._worst(()), b_delta))
+                         if epsilon is None else check_privacy_epsilon(epsilon))
+                if total <= 0.0:
+                    raise BudgetExceededError(
+                        "no budget remains for a snapshot. Nothing was released or spent.",
+                        spent=self._budget[0], remaining=0.0, requested_total=math.inf)
+                hc, hr = np.mean(S, axis=0), _cells_radius(S, T, R, r, rc)
 
-            def cells(rho: float) -> tuple:
-                w = weights(acc_events.GaussianStep(rho))
-                return (np.repeat(hc[None], R, 0), np.full(R, hr), np.tile(w, (R, 1)))
+                def cells(rho: float) -> tuple:
+                    w = weights(acc_events.GaussianStep(rho))
+                    return (np.repeat(hc[None], R, 0), np.full(R, hr), np.tile(w, (R, 1)))
 
-            if T == 0:  # cell rounds only, from the seeds: all of the budget to them
-                def cell_usage(rho: float) -> float:
-                    u = self._filter.usage(self._worst((cells(rho),), admission=True))
-                    if epsilon is not None:
-                        u = max(u, convert(cells(rho)[2].sum(axis=0), b_delta) / total)
+                if T == 0:  # cell rounds only, from the seeds: all of the budget to them
+                    def cell_usage(rho: float) -> float:
+                        u = self._filter.usage(self._worst((cells(rho),), admission=True))
+                        if epsilon is not None:
+                            u = max(u, convert(cells(rho)[2].sum(axis=0), b_delta) / total)
+                        return u
+
+                    rho_cell = _largest_fitting(cell_usage, 1e-12, 1e6,
+                                                exact=epsilon is None)
+                    if rho_cell == 0.0:
+                        raise BudgetExceededError(
+                            f"no snapshot of {R} cell rounds fits in what remains of the budget. "
+                            "Nothing was released or spent.", spent=self.spent,
+                            remaining=self.remaining, requested_total=math.inf)
+                else:
+                    rho_cell = share * rho_from_eps_delta(total, b_delta) / R
+                cell_w = weights(acc_events.GaussianStep(rho_cell))
+                res_cells = cells(rho_cell)
+                plans: dict[float, Any] = {}
+
+                def usage(e: float) -> float:
+                    try:
+                        plan = plan_release(self._memory, method=method, epsilon=e, delta=dlt,
+                                            steps=T, queries=S.shape[0], noise=mode, **kw)
+                    except ValueError:
+                        return math.inf
+                    plans[e] = plan
+                    u = self._filter.usage(self._worst((self._reserved(plan, S), res_cells),
+                                                       admission=True))
+                    if epsilon is not None:  # the snapshot alone within its own epsilon
+                        alone = convert(weights(plan.spent.step_event) * (S.shape[0] * T)
+                                        + cell_w * R, b_delta)
+                        u = max(u, alone / total)
                     return u
 
-                rho_cell = _largest_fitting(cell_usage, 1e-12, 1e6,
-                                            exact=epsilon is None)
-                if rho_cell == 0.0:
+                eps_q = _largest_fitting(usage, 1e-5, 1e4) if T else math.inf
+                if eps_q == 0.0:
                     raise BudgetExceededError(
-                        f"no snapshot of {R} cell rounds fits in what remains of the budget. "
+                        f"no snapshot of {S.shape[0]} seeds x {T} steps and {R} cell rounds "
+                        "fits in what remains of the budget. Use fewer seeds, steps or rounds. "
                         "Nothing was released or spent.", spent=self.spent,
                         remaining=self.remaining, requested_total=math.inf)
-            else:
-                rho_cell = share * rho_from_eps_delta(total, b_delta) / R
-            cell_w = weights(acc_events.GaussianStep(rho_cell))
-            res_cells = cells(rho_cell)
-            plans: dict[float, Any] = {}
-
-            def usage(e: float) -> float:
-                try:
-                    plan = plan_release(self._memory, method=method, epsilon=e, delta=dlt,
-                                        steps=T, queries=S.shape[0], noise=mode, **kw)
-                except ValueError:
-                    return math.inf
-                plans[e] = plan
-                u = self._filter.usage(self._worst((self._reserved(plan, S), res_cells),
-                                                   admission=True))
-                if epsilon is not None:  # the snapshot alone within its own epsilon
-                    alone = convert(weights(plan.spent.step_event) * (S.shape[0] * T)
-                                    + cell_w * R, b_delta)
-                    u = max(u, alone / total)
-                return u
-
-            eps_q = _largest_fitting(usage, 1e-5, 1e4) if T else math.inf
-            if eps_q == 0.0:
-                raise BudgetExceededError(
-                    f"no snapshot of {S.shape[0]} seeds x {T} steps and {R} cell rounds "
-                    "fits in what remains of the budget. Use fewer seeds, steps or rounds. "
-                    "Nothing was released or spent.", spent=self.spent,
-                    remaining=self.remaining, requested_total=math.inf)
-            # the admitted charge, fixed before the bank is read: recorded as it is if
-            # anything after admission fails (§14, Theorem 13)
-            if T:
-                plan = plans[eps_q]
-                key = _call_key(S, T, eps_q, dlt, method, plan, kw)
-                charge = [self._charge_row(plan, S, T, eps_q, dlt, method,
-                                           self._reserved(plan, S), key)]
-            else:
-                key = hashlib.sha256(np.ascontiguousarray(S).tobytes()).hexdigest()
-                charge = []
-            cell_ev = _ledger.event_to_dict(acc_events.GaussianStep(rho_cell))
-            charge += [({"method": _ledger.CELLS_METHOD, "queries": 1, "steps": 1,
-                         "dim": self._dim, "epsilon": convert(cell_w, b_delta),
-                         "delta": b_delta, "release": "cells", "event": cell_ev,
-                         "params": {"kind": "failed", "round": i + 1, "of": key,
-                                    "radius": rc, "noise": mode, "failed": FAILED_NOTE},
-                         "privacy": {}}, f"failed:{key}:{len(self._rows)}:{i}", hc[None],
-                        np.array([hr]), np.zeros((1, 1, self._dim)), None)
-                       for i in range(R)]
+                # the admitted charge, recorded (pending) before the bank is read: it stands
+                # if anything after admission fails (§14, Theorem 13)
+                if T:
+                    plan = plans[eps_q]
+                    key = _call_key(S, T, eps_q, dlt, method, plan, kw)
+                    charge = [self._charge_row(plan, S, T, eps_q, dlt, method,
+                                               self._reserved(plan, S), key)]
+                else:
+                    key = hashlib.sha256(np.ascontiguousarray(S).tobytes()).hexdigest()
+                    charge = []
+                cell_ev = _ledger.event_to_dict(acc_events.GaussianStep(rho_cell))
+                charge += [({"method": _ledger.CELLS_METHOD, "queries": 1, "steps": 1,
+                             "dim": self._dim, "epsilon": convert(cell_w, b_delta),
+                             "delta": b_delta, "release": "cells", "event": cell_ev,
+                             "params": {"kind": "charge", "round": i + 1, "of": key,
+                                        "radius": rc, "noise": mode},
+                             "privacy": {}}, f"cells:{key}:{i}", hc[None],
+                            np.array([hr]), np.zeros((1, 1, self._dim)), None)
+                           for i in range(R)]
+                pending = self._reserve(charge)
             try:
                 if T:
                     res = self._after_admission(run_plan, self._memory, S, plan,
@@ -339,18 +342,10 @@ class Snapshots:
                     if not np.all(np.isfinite(row[4])):
                         raise ValueError("a released value is not finite")
             except Exception as exc:  # admitted: the failure keeps its charge
-                raise self._charge_failed(charge) from exc
-            if self._db is not None:
-                for k_, row in enumerate(rows):
-                    got = self._db.append(call_key=row[1], record=row[0], outputs=row[4],
-                                          released_counts=row[5], centres=row[2],
-                                          radii=row[3])
-                    rows[k_] = (got.record, *row[1:])
-            self._absorb([row[:4] for row in rows])
-            if self._db is not None:
-                self._last_id, self._last_mac = got.id, self._db.meta["head"]["mac"]
-            elif T:
-                self._results[len(self._rows) - len(rows)] = dataclasses.replace(
+                raise AdmittedCallFailed(CHARGED_FAILURE) from exc
+            ids = self._complete(pending, rows)  # phase 2: the releases replace it
+            if self._db is None and T:
+                self._results[ids[0] - 1] = dataclasses.replace(
                     res, **dict.fromkeys(DIAGNOSTIC_FIELDS))
             cost = convert(step_w + cell_w * R, b_delta)
         params = {"method": method if T else "none",

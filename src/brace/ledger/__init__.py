@@ -28,10 +28,14 @@ from .backend import ledger_class
 from .backup import backup_ledger, copy_ledger, repair_ledger
 from .record import (
     CELLS_METHOD,
+    COMPLETES,
     KEY_ENV,
     LEDGER_FORMAT,
+    PENDING,
+    PENDING_NOTE,
     LedgerError,
     LedgerLockTimeout,
+    PendingCharges,
     ReleaseRow,
     bank_fingerprint,
     check_meta,
@@ -41,6 +45,7 @@ from .record import (
     new_meta,
     now,
     parse_row,
+    settle,
 )
 from .sqlite import JOURNAL_MODE, Ledger
 from .state import (
@@ -56,13 +61,14 @@ from .state import (
 from .url import URL_SCHEMES, LedgerUnavailable, check_location, is_server_url, redact_url
 
 __all__ = [
-    "CELLS_METHOD", "JOURNAL_MODE", "KEY_ENV", "LEDGER_FORMAT", "MAX_MIGRATED_COORDINATES",
-    "URL_SCHEMES", "Ledger", "LedgerError", "LedgerLockTimeout", "LedgerState",
-    "LedgerUnavailable", "PgLedger", "ReleaseRow", "backup_ledger", "bank_fingerprint",
+    "CELLS_METHOD", "COMPLETES", "JOURNAL_MODE", "KEY_ENV", "LEDGER_FORMAT",
+    "MAX_MIGRATED_COORDINATES", "PENDING", "PENDING_NOTE", "URL_SCHEMES", "Ledger",
+    "LedgerError", "LedgerLockTimeout", "LedgerState", "LedgerUnavailable", "PendingCharges",
+    "PgLedger", "ReleaseRow", "backup_ledger", "bank_fingerprint",
     "check_budget", "check_location", "check_meta", "copy_ledger", "event_from_dict",
     "event_to_dict", "inspect_ledger", "is_server_url", "ledger_class",
     "ledger_key_from_env", "migrate_json_ledger", "new_meta", "now", "parse_row", "plural",
-    "read_json_ledger", "redact_url", "repair_ledger", "weights",
+    "read_json_ledger", "redact_url", "repair_ledger", "settle", "weights",
 ]
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from .backend import ledger_class
 from .files import _check_path, _explain, _staged
-from .record import LedgerError
+from .record import LedgerError, settle
 from .sqlite import Ledger
 from .state import LedgerState, inspect_ledger
 
@@ -53,8 +53,8 @@ def copy_ledger(source: Any, target: Any, *, ledger_key: bytes | str | None = No
         filter_spec=meta["filter"], key=ledger_key,
         fill=lambda dst: dst.insert_raw(rows, meta)).close()
     state = inspect_ledger(target, ledger_key=ledger_key)  # the copy verifies
-    if len(state.releases) != len(rows):  # pragma: no cover - verified rows were written
-        raise LedgerError(f"the copy {target} holds {len(state.releases)} releases, "
+    if state.stored != len(rows):  # pragma: no cover - verified rows were written
+        raise LedgerError(f"the copy {target} holds {state.stored} rows, "
                                   f"not {len(rows)}: do not use it.")
     return state
 
@@ -137,7 +137,9 @@ def backup_ledger(source: str | os.PathLike, target: str | os.PathLike, *,
     """Copy the ledger ``source`` to the new file ``target``, safely while it is in use:
     ``source`` is opened read-only, copied in one consistent snapshot (SQLite's online
     backup API), the copy is verified and then published atomically (never a partial
-    ``target``; an existing one is refused). Returns the number of releases copied.
+    ``target``; an existing one is refused). Returns the number of releases copied (as a
+    reader counts them: a completed call's pending charge is not one, ``docs/ledger.md``
+    §4.1; every stored row is copied).
 
     A copy restored later rolls the recorded spend back to the copy's: keep backups as
     carefully as the ledger (``docs/ledger.md``, threat model)."""
@@ -158,7 +160,7 @@ def backup_ledger(source: str | os.PathLike, target: str | os.PathLike, *,
                                   f"{_explain(exc, p, True)}") from None
             copy = Ledger.open(tmp, key=src._key, timeout=timeout, write=False)
             try:  # verified (metadata, every release's chain) before it is published
-                return len(copy.read_since(0, ""))
+                return len(settle(copy.read_since(0, ""))[0])  # the releases it counts
             finally:
                 copy.close()
     finally:

@@ -7,13 +7,17 @@ storage and the lock differ. ``ledger="postgresql://user@host:port/db"`` (psycop
 ``?options=-csearch_path%3Dname`` puts the tables in schema ``name``: one ledger per
 schema).
 
-* **Writers serialised** by the metadata's row locks: a release runs as one ``READ
-  COMMITTED`` transaction that first locks every meta row, the chain's head among them
-  (``SELECT … FROM meta ORDER BY key FOR UPDATE``, at most ``timeout`` seconds:
-  ``lock_timeout``), then reads, prices, computes, inserts, rewrites the head and
-  commits before the release is returned (not ``SERIALIZABLE`` with retries, not an
-  advisory lock). PostgreSQL frees the lock at commit, rollback or a dead connection.
-* **Durable**: ``synchronous_commit = on``; a server with ``fsync = off`` is refused.
+* **Writers serialised** by the metadata's row locks: each transaction of a release
+  (``docs/ledger.md`` §4.1: the pending charge, then the release) runs ``READ
+  COMMITTED`` and first locks every meta row, the chain's head among them (``SELECT …
+  FROM meta ORDER BY key FOR UPDATE``, at most ``timeout`` seconds: ``lock_timeout``),
+  then reads, prices and appends the pending charge — or appends the release — rewrites
+  the head and commits; the release is returned after the second commit (not
+  ``SERIALIZABLE`` with retries, not an advisory lock). PostgreSQL frees the lock at
+  commit, rollback or a dead connection.
+* **Durable**: ``synchronous_commit = on``, but ``off`` for a pending charge's commit
+  (in the server's WAL buffers, proof against the client's death); a server with
+  ``fsync = off`` is refused.
 * **Unavailable server**: a failed connection is :class:`LedgerUnavailable` (a
   :class:`~brace.ledger.LedgerError`), nothing is released, the next call reconnects;
   a commit whose acknowledgement is lost may have recorded a release nobody received
@@ -268,10 +272,14 @@ class PgLedger(Ledger):
 
     # ------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[None]:
+    def transaction(self, durable: bool = True) -> Iterator[None]:
         """``BEGIN`` and the head's row lock … ``COMMIT`` (rolled back on any error).
         Waits at most ``timeout`` seconds for the lock (0: no limit), then raises
-        :class:`LedgerLockTimeout`."""
+        :class:`LedgerLockTimeout`. ``durable=False`` (a call's pending charge,
+        ``docs/ledger.md`` §4.1): ``SET LOCAL synchronous_commit = off`` — the commit is
+        acknowledged once it is in the server's WAL buffers, before they are flushed:
+        it survives the death of this client process (the server holds it), not
+        perhaps a crash of the server's host."""
         with self._guard():
             conn = self._live()
             try:
@@ -279,6 +287,8 @@ class PgLedger(Ledger):
                 with conn.pipeline():  # one round trip
                     conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
                     conn.execute(f"SET LOCAL lock_timeout = '{ms}ms'")
+                    if not durable:
+                        conn.execute("SET LOCAL synchronous_commit = off")
                     cur = conn.execute(self._sql["lock"])
                 rows = cur.fetchall()
                 if not any(k == "head" for k, _ in rows):

@@ -3,13 +3,16 @@
 ``docs/ledger.md`` describes the file, its threat model and why no returned release is
 ever unrecorded. In brief:
 
-* **One transaction per release.** :class:`brace.PrivateMemory` opens ``BEGIN
-  IMMEDIATE`` (the database's write lock), reads what other processes recorded, prices
-  the call, computes the release, inserts it with its footprints and commits — all before
-  the release is returned. WAL journal, ``synchronous=FULL``: a process killed at any
-  point leaves the ledger before or after the release, never a returned release
-  unrecorded. A lock held past ``timeout`` seconds is a :class:`LedgerLockTimeout` that
-  names the file and, where known, the process holding it. Before each commit the path
+* **Two transactions per release** (``docs/ledger.md`` §4.1). :class:`brace.PrivateMemory`
+  opens ``BEGIN IMMEDIATE`` (the database's write lock), reads what other processes
+  recorded, prices the call and appends its charge as pending rows, committed
+  (``synchronous=NORMAL``) before the bank is read; then computes the release and, in a
+  second transaction, inserts it with its footprints and commits — before the release
+  is returned. WAL journal, ``synchronous=FULL``: a process killed at any point leaves
+  the ledger before the call, with its charge or with its release, never a returned
+  release unrecorded nor an admitted call uncharged. A lock held past ``timeout``
+  seconds is a :class:`LedgerLockTimeout` that names the file and, where known, the
+  process holding it. Before each commit the path
   must still name the file that was opened (same device and inode, and the same journal
   files): a ledger deleted or replaced while open is refused, never written to unseen.
 * **Created atomically.** A new ledger is built in a temporary file beside it and
@@ -285,12 +288,18 @@ class Ledger(Chain):
 
     # ------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[None]:
+    def transaction(self, durable: bool = True) -> Iterator[None]:
         """``BEGIN IMMEDIATE`` … ``COMMIT`` (rolled back on any error). Waits at most
         ``timeout`` seconds for the write lock, then raises :class:`LedgerLockTimeout`.
         Refused on a read-only, closed, deleted or replaced ledger (before anything is
         computed), and again just before the commit if the file was deleted or replaced
-        meanwhile."""
+        meanwhile.
+
+        ``durable=False`` (a call's pending charge, ``docs/ledger.md`` §4.1) commits
+        with ``synchronous=NORMAL``: in WAL mode the commit is written to the log (the
+        operating system's page cache) but not fsynced, so it survives the death of
+        this process but perhaps not a power loss; the next durable commit fsyncs the
+        log, and it with it."""
         conn = self._live()
         if self.read_only is not None:
             raise LedgerError(
@@ -298,8 +307,12 @@ class Ledger(Chain):
                 "be recorded, so none was made and nothing was spent.")
         self._check_identity()
         try:
+            if not durable:  # set outside a transaction only; FULL again after it
+                conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
+            if not durable:
+                self._full(conn)
             if "locked" in str(exc) or "busy" in str(exc):
                 raise LedgerLockTimeout(
                     f"could not lock ledger {self.path} within {self.timeout:g} s: "
@@ -325,8 +338,16 @@ class Ledger(Chain):
                                   "or spent.") from exc
             raise
         finally:
+            if not durable:
+                self._full(conn)
             with contextlib.suppress(OSError):
                 Path(os.fspath(self.path) + ".holder").unlink()
+
+    @staticmethod
+    def _full(conn: sqlite3.Connection) -> None:
+        """Back to ``synchronous=FULL`` (every commit but a pending charge's)."""
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("PRAGMA synchronous=FULL")
 
     @contextlib.contextmanager
     def read_view(self) -> Iterator[None]:

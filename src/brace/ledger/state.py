@@ -62,6 +62,13 @@ class LedgerState:
     #: read (written by an earlier version; ``docs/ledger.md``, "Repairing a ledger"):
     #: left out of the spend, which is then a lower bound
     unreadable: tuple[tuple[int, str], ...] = ()
+    #: the ledger id of each record in :attr:`releases`
+    ids: tuple[int, ...] = ()
+    #: ids of the pending charges no completion replaced: calls admitted and charged
+    #: that failed, died or are still running (``docs/ledger.md`` §4.1)
+    pending: tuple[int, ...] = ()
+    #: rows stored (releases, pending charges and the completions that replace them)
+    stored: int = 0
 
     @property
     def remaining(self) -> float:
@@ -78,6 +85,7 @@ class LedgerState:
             "spent_global_epsilon": _finite(self.spent_global),
             "remaining_epsilon": self.remaining, "at_delta": self.budget_delta,
             "unreadable": [{"release": i, "reason": why} for i, why in self.unreadable],
+            "ids": list(self.ids), "pending": list(self.pending), "stored": self.stored,
         }
 
     def summary(self, last: int = 20) -> str:
@@ -90,13 +98,25 @@ class LedgerState:
             f"  budget           : ({self.budget_epsilon:g}, {self.budget_delta:g})-DP over "
             "the whole adaptive history (privacy filter, docs/privacy-accounting.md §12)",
             f"  releases         : {len(self.releases)}" + (
-                f" readable, {len(self.unreadable)} unreadable" if self.unreadable else ""),
+                f" readable, {len(self.unreadable)} unreadable" if self.unreadable else "")
+            + (f", of which {plural(len(self.pending), 'pending charge')} (admitted and "
+               "charged, nothing released)" if self.pending else ""),
         ]
         shown = self.releases[-last:]
         first = len(self.releases) - len(shown) + 1
+        ids = self.ids or tuple(range(1, len(self.releases) + 1))
         if first > 1:
             lines.append(f"    ... {first - 1} earlier release(s) not shown")
-        for i, r in enumerate(shown, first):
+        for i, r in zip(ids[first - 1:], shown, strict=True):
+            if i in self.pending or r["params"].get("failed"):
+                what = "still running, or failed or died after admission" if i in \
+                    self.pending else "failed after admission"
+                lines.append(f"    {i:>5}. PENDING CHARGE ({what}): method={r['method']}  "
+                             f"{plural(r['queries'], 'query', 'queries')} x "
+                             f"{plural(r['steps'], 'step')}  ({r['epsilon']:.4g}, "
+                             f"{r['delta']:g}) charged at its reserved footprints, nothing "
+                             "released")
+                continue
             if r["method"] == _ledger.CELLS_METHOD and r["params"].get("kind") == "moments":
                 lines.append(f"    {i:>5}. synopsis second moments ({r['dim']} x "
                              f"{r['dim']}, private subspace): one Gaussian release "
@@ -150,6 +170,11 @@ def inspect_ledger(path: str | os.PathLike, *, ledger_key: bytes | str | None = 
         meta, where = db.meta, str(db.path)  # a URL without its password
     finally:
         db.close()
+    stored = len(rows) + len(bad or ())
+    try:  # the two-phase record: a completion replaces its pending charge (§4.1)
+        rows, pending = _ledger.settle(rows, unknown=[i for i, _ in bad or ()])
+    except _ledger.LedgerError as exc:
+        raise _ledger.LedgerError(f"ledger {where}: {exc}") from None
     dim = int(meta["fingerprint"].get("shape", [0, 1])[1])
     index = FootprintIndex(dim)
     if rows:
@@ -164,7 +189,7 @@ def inspect_ledger(path: str | os.PathLike, *, ledger_key: bytes | str | None = 
         where, dict(meta["fingerprint"]), float(b["epsilon"]), delta,
         dict(meta["filter"]), str(meta["created"]), tuple(r.record for r in rows),
         convert(index.worst_pair(), delta), convert(index.global_weights(), delta),
-        tuple(bad or ()))
+        tuple(bad or ()), tuple(r.id for r in rows), tuple(sorted(pending)), stored)
 
 
 #: a migrated release is recorded as one footprint (and one output row) per step: at most

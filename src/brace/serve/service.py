@@ -113,15 +113,17 @@ class ServedMemory(PrivateMemory):
     def _sync(self) -> None:
         super()._sync()
         if self._snapshot_once and any(_released_cells(r) for r in self._rows):
-            # inside the snapshot's ledger transaction: atomic across processes and hosts
+            # inside the ledger's transactions (admission, and the release's record)
             raise SnapshotExists(
                 "a synopsis was already released from this ledger (GET /v1/synopsis); "
                 "POST /v1/snapshot with \"again\": true releases another, paid again.")
 
 
 def _released_cells(record: dict[str, Any]) -> bool:
-    """A synopsis's release (not the charge of a snapshot that failed after admission)."""
-    return record["method"] == CELLS_METHOD and not record["params"].get("failed")
+    """A synopsis's release (not the charge of a snapshot that failed after admission, nor
+    one still pending: docs/ledger.md §4.1)."""
+    return record["method"] == CELLS_METHOD and not (record["params"].get("failed")
+                                                     or record["params"].get("pending"))
 
 
 BANK_MODES = ("copy", "mmap")
