@@ -488,3 +488,15 @@ def test_far_rows_change_nothing_at_the_cell_radius_extremes(rc):
     assert np.array_equal(a.attractors, b.attractors) and np.array_equal(a.counts, b.counts)
     assert not np.array_equal(a.attractors, c.attractors)
     assert pm.spent_at(place)[0] == 0.0 and pm.spent_at(S[:1])[0] > 0.0
+
+
+def test_public_refusals_of_a_retrieval_come_before_admission():
+    """Queries beyond the certificate's floating-point range are refused from public
+    values before admission (nothing charged), not after it as a charged failure."""
+    import brace
+    from brace.datasets import sample_mixture
+
+    pm = brace.PrivateMemory(sample_mixture(300, seed=0), radius=0.8, budget=(8.0, 1e-5))
+    with pytest.raises(ValueError, match="too large relative to the radius"):
+        pm.retrieve(np.array([[1e162, 0.0]]), steps=2, epsilon=1.0, delta=1e-6)
+    assert pm.spent == 0.0 and not pm._rows

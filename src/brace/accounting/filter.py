@@ -181,27 +181,27 @@ def _meets(ca: np.ndarray, ra: np.ndarray, cb: np.ndarray, rb: np.ndarray) -> np
     the computed squared distance (a pair in doubt counts as meeting)."""
     d = ca.shape[1]
     eps8 = 8.0 * (d + 4) * np.finfo(np.float64).eps
-    na = np.einsum("ij,ij->i", ca, ca)
-    nb = np.einsum("ij,ij->i", cb, cb)
-    d2 = ca @ cb.T
-    d2 *= -2.0
-    d2 += na[:, None]
-    d2 += nb[None, :]
-    with np.errstate(invalid="ignore", over="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):  # an overflow meets (below)
+        na = np.einsum("ij,ij->i", ca, ca)
+        nb = np.einsum("ij,ij->i", cb, cb)
+        d2 = ca @ cb.T
+        d2 *= -2.0
+        d2 += na[:, None]
+        d2 += nb[None, :]
         smax = float(np.max(ra, initial=0.0)) + float(np.max(rb, initial=0.0))
         lim = smax * smax * (1.0 + 1e-12) + eps8 * (float(np.max(na, initial=0.0))
                                                     + float(np.max(nb, initial=0.0)))
     if not np.isfinite(lim):  # an infinite ball: decide every pair exactly below
         cand = np.ones(d2.shape, dtype=bool)
     else:
-        cand = d2 <= lim  # a necessary condition, cheap
+        cand = ~(d2 > lim)  # a necessary condition, cheap (NaN, an overflow: in doubt)
     i, j = np.nonzero(cand)
     out = np.zeros(d2.shape, dtype=bool)
     if i.size:
         band = eps8 * (na[i] + nb[j]) + 1e-300
         sij = ra[i] + rb[j]
         with np.errstate(invalid="ignore", over="ignore"):
-            ok = (d2[i, j] - band <= sij * sij * (1.0 + 1e-12)) | ~np.isfinite(sij)
+            ok = ~(d2[i, j] - band > sij * sij * (1.0 + 1e-12)) | ~np.isfinite(sij)
         out[i[ok], j[ok]] = True
     return out
 

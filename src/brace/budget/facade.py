@@ -49,6 +49,7 @@ from ..mechanisms import (
 from ..memory import LSRMemory, pins_bank
 from ..plan import plan_release
 from ..secure import SECURE_SEED_REASON
+from ..steps import public_checks
 from ..synopsis import Synopsis
 from .admission import (
     _PLAN_KW,
@@ -288,6 +289,7 @@ class PrivateMemory(LedgerSync, Admission, Advice, Snapshots):
         if plan.noise == "secure":
             kw = {**kw, "noise": "secure"}  # in the call key
         key = _call_key(q, T, eps, dlt, method, plan, kw)
+        public_checks(plan, q)  # every public refusal (range, grid) before admission
         with self._locked():
             return self._admit_and_run(plan, q, T, eps, dlt, method, seed, kw, key, fresh)
 

@@ -32,6 +32,7 @@ from ..mechanisms import DIAGNOSTIC_FIELDS, run_plan
 from ..memory import pins_bank
 from ..plan import plan_release
 from ..seeding import check_rounds
+from ..steps import public_checks
 from ..synopsis import (
     CELL_SHARE,
     Synopsis,
@@ -276,6 +277,7 @@ class Snapshots:
                 # if anything after admission fails (§14, Theorem 13)
                 if T:
                     plan = plans[eps_q]
+                    public_checks(plan, S)  # the public refusals, before the charge
                     key = _call_key(S, T, eps_q, dlt, method, plan, kw)
                     charge = [self._charge_row(plan, S, T, eps_q, dlt, method,
                                                self._reserved(plan, S), key)]
