@@ -104,20 +104,33 @@ def validate_torch(bank: Any) -> _BankState:
     h = BankHasher((n, d), dt)
     sq = torch.empty(n, dtype=torch.float64, device=X.device)
     bad = torch.zeros((), dtype=torch.int64, device=X.device)
-    step = row_block(d, dt.itemsize)
+    step = _validation_rows(n, d, dt.itemsize)
     lim = MAX_COORD[dt]  # as contract.count_out_of_range, on the device
     for b0 in range(0, n, step):
         Xb = X[b0 : b0 + step]
         ok = torch.isfinite(Xb) if math.isinf(lim) else Xb.abs() <= lim  # NaN: not ok
         bad += (~ok).sum()
+        del ok
         h.update(host_array(Xb))
         X64 = Xb.to(torch.float64)
-        sq[b0 : b0 + Xb.shape[0]] = (X64 * X64).sum(dim=1)
+        X64 = X64.mul_(X64) if X64 is not Xb else X64 * X64  # never write to the bank
+        sq[b0 : b0 + Xb.shape[0]] = X64.sum(dim=1)
     nbad = int(bad)
     if nbad:
         raise range_error(nbad, dt)
     return _BankState(bank, X, None, "torch", h.hexdigest(), None,
                       {"unchecked": True, "sq": sq, "dtype": dt})
+
+
+def _validation_rows(n: int, d: int, itemsize: int) -> int:
+    """Rows per validation block: its working copies (the range mask and ``|x|``, the
+    float64 squares: ``(itemsize + 10)·d`` bytes a row) stay within ``_EXTRA_SHARE`` of
+    the bank's bytes, in whole ``_ROW_BLOCK`` tiles (at least one), and within the
+    streaming block of :func:`row_block`. Each row's squared norm is the same float64
+    sum whatever the block (a reduction along the row)."""
+    per_row = (itemsize + 10) * d
+    cap = int(_EXTRA_SHARE * n * d * itemsize // per_row) // _ROW_BLOCK * _ROW_BLOCK
+    return max(1, min(row_block(d, itemsize), max(_ROW_BLOCK, cap)))
 
 
 def _digest(st: _BankState) -> str:
