@@ -393,3 +393,14 @@ def test_validation_works_in_blocks_of_a_twentieth_of_the_bank(dtype):
     assert st.digest == LSRMemory(X.numpy(), radius=1.0)._state().digest  # numpy's, whole
     big = torch_mod._validation_rows(10**6, 384, 4)
     assert big * (4 + 10) * 384 <= torch_mod._EXTRA_SHARE * 10**6 * 384 * 4
+
+
+@pytest.mark.parametrize("k, ns", [(1, 5), (3, 2048), (70, 2048 * 3 + 17), (300, 4096)])
+def test_tile_counts_in_slices_of_centres(k, ns):
+    """Members per centre and row tile, counted over slices of centres (the int64 cast of
+    torch's sum bounded), equal the count of the whole mask at once."""
+    mk = torch.from_numpy(np.random.default_rng(k).random((k, ns)) < 0.3)
+    B = -(-ns // torch_mod._ROW_BLOCK)
+    ref = torch.stack([mk[:, j * torch_mod._ROW_BLOCK : (j + 1) * torch_mod._ROW_BLOCK]
+                       .sum(dim=1) for j in range(B)], dim=1)
+    assert torch.equal(torch_mod._tile_counts(torch, mk), ref)

@@ -379,7 +379,8 @@ def _pass(torch, st, centres, radius, pairs, near_centres, near_radius, near_tol
             if tdt == torch.float32:
                 tband = (tband * (1.0 + 1e-6)).to(torch.float32)
             mk = e <= 0.0
-            cand = e.abs() <= tband[:, None]
+            tb = tband[:, None]
+            cand = (e <= tb) & (e >= -tb)  # |e| <= tband, without a copy of |e|
             hc = huge_c[c0:c1_]
             if any_huge_x:
                 cand[:, huge_x] = True
@@ -442,18 +443,26 @@ def _pass(torch, st, centres, radius, pairs, near_centres, near_radius, near_tol
                     None if pair_counts is None else pair_counts.cpu().numpy(), nrow, ndist)
 
 
+_COUNT_ELEMS = 1 << 17  # mask entries per counting slice (torch's sum casts to int64)
+
+
 def _tile_counts(torch: Any, mk: Any) -> Any:
-    """``(k, B)`` members per centre and row tile of ``_ROW_BLOCK`` rows."""
+    """``(k, B)`` members per centre and row tile of ``_ROW_BLOCK`` rows, counted over
+    slices of centres: the sum's int64 cast never exceeds ``8·_COUNT_ELEMS`` bytes."""
     k, ns = mk.shape
     full = ns // _ROW_BLOCK
     m8 = mk.view(torch.uint8)
-    parts = []
-    if full:
-        parts.append(m8[:, : full * _ROW_BLOCK].view(k, full, _ROW_BLOCK).sum(
-            dim=2, dtype=torch.int64))
-    if full * _ROW_BLOCK < ns:
-        parts.append(m8[:, full * _ROW_BLOCK :].sum(dim=1, keepdim=True, dtype=torch.int64))
-    return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+    out = torch.empty((k, full + (full * _ROW_BLOCK < ns)), dtype=torch.int64,
+                      device=mk.device)
+    step = max(1, _COUNT_ELEMS // max(1, ns))
+    for a in range(0, k, step):
+        sl = m8[a : a + step]
+        if full:
+            out[a : a + step, :full] = sl[:, : full * _ROW_BLOCK].view(
+                -1, full, _ROW_BLOCK).sum(dim=2, dtype=torch.int64)
+        if full * _ROW_BLOCK < ns:
+            out[a : a + step, full] = sl[:, full * _ROW_BLOCK :].sum(dim=1, dtype=torch.int64)
+    return out
 
 
 def _add_sums(torch: Any, out: Any, mk: Any, tc: Any, tot: np.ndarray, X64: Any,
