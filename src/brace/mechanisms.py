@@ -428,19 +428,7 @@ def private_retrieve(
     ``res.privacy.epsilon_total`` is the ε of the whole call at the same δ, and
     :class:`brace.PrivateMemory` tracks the total over calls against a budget.
     """
-    if not isinstance(memory, LSRMemory):
-        raise TypeError(f"memory must be an LSRMemory; got {type(memory).__name__}.")
-    if epsilon is None or delta is None:  # public: refused before the bank is read
-        raise ValueError(
-            f"private_retrieve needs the budget: epsilon and delta must be numbers; got "
-            f"epsilon={epsilon!r}, delta={delta!r}. Without a budget use brace.certificate "
-            "or brace.plan_release (epsilon=None, delta=None) along a fixed history.")
-    X, _ = memory._bank()
-    q, _ = check_queries(queries, X.shape[1], name="queries")
-    noise = check_noise(noise)
-    if noise == "secure" and _innovations is not None:
-        raise ValueError("_innovations are standard normal draws; noise='secure' draws its "
-                         "own exact discrete noise.")
+    q, noise = _checked_call(memory, queries, epsilon, delta, noise, _innovations)
     # every choice (release mode, γ, calibration, noise), from public values only; a seed
     # with noise="secure" is refused there (brace.noise.resolve_noise)
     plan = plan_release(memory, method=method, epsilon=epsilon, delta=delta, steps=steps,
@@ -452,13 +440,31 @@ def private_retrieve(
                     progress=progress, innovations=_innovations, grid_factor=_grid_factor)
 
 
-def run_plan(memory: LSRMemory, q: np.ndarray, plan: Any, *, seed: Any = None,
-             return_clean: bool = False, progress: Callable[[int, int], None] | None = None,
-             innovations: Any = None, grid_factor: int = 1) -> PrivateRetrievalResult:
-    """Run a validated plan on validated queries ``q`` (Q, d): the call's noise strategy
-    (:func:`brace.noise.make_noise`, as ``plan.noise`` says), the step pipeline
-    (:func:`brace.steps.run`) and the result. :func:`private_retrieve` and
-    :class:`brace.PrivateMemory` (which prices the same plan) both end here."""
+def _checked_call(memory: Any, queries: Any, epsilon: Any, delta: Any, noise: Any,
+                  innovations: Any) -> tuple[np.ndarray, str]:
+    """:func:`private_retrieve`'s own arguments checked, before the plan (which checks the
+    mechanism's): the memory, the budget's presence, the queries and the noise mode."""
+    if not isinstance(memory, LSRMemory):
+        raise TypeError(f"memory must be an LSRMemory; got {type(memory).__name__}.")
+    if epsilon is None or delta is None:  # public: refused before the bank is read
+        raise ValueError(
+            f"private_retrieve needs the budget: epsilon and delta must be numbers; got "
+            f"epsilon={epsilon!r}, delta={delta!r}. Without a budget use brace.certificate "
+            "or brace.plan_release (epsilon=None, delta=None) along a fixed history.")
+    X, _ = memory._bank()
+    q, _ = check_queries(queries, X.shape[1], name="queries")
+    noise = check_noise(noise)
+    if noise == "secure" and innovations is not None:
+        raise ValueError("_innovations are standard normal draws; noise='secure' draws its "
+                         "own exact discrete noise.")
+    return q, noise
+
+
+def _checked_run(plan: Any, q: np.ndarray, seed: Any, return_clean: Any, progress: Any,
+                 innovations: Any, grid_factor: Any) -> tuple[bool, np.ndarray | None]:
+    """:func:`run_plan`'s arguments checked against the plan: the seed (none in secure
+    mode), the audit's grid factor, ``return_clean``, ``progress``, the output size and the
+    innovations' shape. Returns ``return_clean`` and the innovations."""
     secure = plan.noise == "secure"
     if secure and seed is not None:
         raise ValueError(f"seed must be None with noise='secure': {SECURE_SEED_REASON}")
@@ -470,9 +476,21 @@ def run_plan(memory: LSRMemory, q: np.ndarray, plan: Any, *, seed: Any = None,
     if progress is not None and not callable(progress):
         raise TypeError(f"progress must be callable as progress(t, T). Found {progress!r}.")
     Q, d = q.shape
-    T = plan.steps
-    check_output_size((2, Q, T + 1, d), "the release and its clean trajectory")
-    xi = _check_noise(innovations, (Q, plan.releases, d))
+    check_output_size((2, Q, plan.steps + 1, d), "the release and its clean trajectory")
+    return return_clean, _check_noise(innovations, (Q, plan.releases, d))
+
+
+def run_plan(memory: LSRMemory, q: np.ndarray, plan: Any, *, seed: Any = None,
+             return_clean: bool = False, progress: Callable[[int, int], None] | None = None,
+             innovations: Any = None, grid_factor: int = 1) -> PrivateRetrievalResult:
+    """Run a validated plan on validated queries ``q`` (Q, d): the call's noise strategy
+    (:func:`brace.noise.make_noise`, as ``plan.noise`` says), the step pipeline
+    (:func:`brace.steps.run`) and the result. :func:`private_retrieve` and
+    :class:`brace.PrivateMemory` (which prices the same plan) both end here."""
+    return_clean, xi = _checked_run(plan, q, seed, return_clean, progress, innovations,
+                                    grid_factor)
+    secure = plan.noise == "secure"
+    Q, d = q.shape
     rng, seed_record = (None, None) if secure else rng_and_record(seed)
     if plan.method == "naive":
         warnings.warn(
