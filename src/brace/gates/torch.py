@@ -354,6 +354,42 @@ def _pass(torch, st, centres, radius, pairs, near_centres, near_radius, near_tol
     cap = int(_EXTRA_SHARE * bank_bytes // per_row) // _ROW_BLOCK * _ROW_BLOCK
     rows_per = min(rows_per, max(_ROW_BLOCK, cap))
     inf = torch.tensor(float("inf"), dtype=torch.float64, device=dev)
+
+    def near_part(e: Any, tband: Any, c0: int, c1_: int, Xs: Any, X64: Any) -> Any:
+        """The near distances of the chunk's near centres (appended to ``near_rows`` and
+        ``near_dist``); returns the super-block's float64 rows if it had to cast them."""
+        loc = np.flatnonzero(near_pos[c0:c1_] >= 0)
+        if loc.size == 0:
+            return X64
+        loc_t = torch.from_numpy(loc).to(dev)
+        sel_t = loc_t + c0
+        # the clean group fills whole chunks: a view, not a copy
+        sub = e[loc[0] : loc[-1] + 1] if loc[-1] - loc[0] + 1 == loc.size else e[loc_t]
+        lim = n_extra + tband[loc_t].to(torch.float64)
+        lim = lim + lim.abs() * 1e-6 + 1e-300
+        rows_, cols = torch.nonzero(sub <= lim.to(sub.dtype)[:, None], as_tuple=True)
+        if not rows_.numel():
+            return X64
+        nbd = a_c_t[sel_t[rows_]] + b_i[cols]
+        ev = sub[rows_, cols].to(torch.float64)
+        ok = ev <= n_extra + nbd
+        rows_, cols, nbd, ev = rows_[ok], cols[ok], nbd[ok], ev[ok]
+        # square roots on the host: torch's CPU sqrt is not correctly rounded
+        nbd_h, ev_h = nbd.cpu().numpy(), ev.cpu().numpy()
+        dist = np.sqrt(np.maximum(ev_h + r2, 0.0))
+        redo = (np.flatnonzero(~(dist * near_tolerance >= nbd_h)) if near_tolerance
+                else np.arange(dist.size))
+        if redo.size:
+            if X64 is None:
+                X64 = Xs.to(torch.float64)
+            rt = torch.from_numpy(redo).to(dev)
+            dist[redo] = np.sqrt(direct_sqdist_torch(
+                X64[cols[rt]], C64[sel_t[rows_[rt]]]).cpu().numpy())
+        keep = dist <= near_radius
+        near_rows.append(near_pos[sel_t[rows_].cpu().numpy()[keep]])
+        near_dist.append(dist[keep])
+        return X64
+
     for s0 in range(0, n, rows_per):
         Xs = X[s0 : s0 + rows_per]
         ns = int(Xs.shape[0])
@@ -387,6 +423,7 @@ def _pass(torch, st, centres, radius, pairs, near_centres, near_radius, near_tol
             if hc.any():
                 cand[huge_c_t[c0:c1_]] = True
             ci, xi = torch.nonzero(cand, as_tuple=True)
+            del cand
             if ci.numel():
                 own = a_c_t[c0 + ci] + b_i[xi]
                 unc = ~(e[ci, xi].to(torch.float64).abs() > own)
@@ -397,42 +434,15 @@ def _pass(torch, st, centres, radius, pairs, near_centres, near_radius, near_tol
                     e[ci, xi] = (d2 - r2).to(tdt)
             if mask is not None:
                 mask[c0:c1_] = mk
+            if near_centres is not None:  # first, so that the tile e is freed before the sums
+                X64 = near_part(e, tband, c0, c1_, Xs, X64)
+            del e
             tc = _tile_counts(torch, mk)
             counts[c0:c1_] += tc.sum(dim=1)
             tot = tc.sum(dim=0).cpu().numpy()
             if tot.any() and X64 is None:
                 X64 = Xs.to(torch.float64)
             _add_sums(torch, sums[c0:c1_], mk, tc, tot, X64, tiles, canonical)
-            if near_centres is not None:
-                loc = np.flatnonzero(near_pos[c0:c1_] >= 0)
-                if loc.size == 0:
-                    continue
-                loc_t = torch.from_numpy(loc).to(dev)
-                sel_t = loc_t + c0
-                sub = e[loc_t]
-                lim = n_extra + tband[loc_t].to(torch.float64)
-                lim = lim + lim.abs() * 1e-6 + 1e-300
-                rows_, cols = torch.nonzero(sub <= lim.to(sub.dtype)[:, None], as_tuple=True)
-                if not rows_.numel():
-                    continue
-                nbd = a_c_t[sel_t[rows_]] + b_i[cols]
-                ev = sub[rows_, cols].to(torch.float64)
-                ok = ev <= n_extra + nbd
-                rows_, cols, nbd, ev = rows_[ok], cols[ok], nbd[ok], ev[ok]
-                # square roots on the host: torch's CPU sqrt is not correctly rounded
-                nbd_h, ev_h = nbd.cpu().numpy(), ev.cpu().numpy()
-                dist = np.sqrt(np.maximum(ev_h + r2, 0.0))
-                redo = (np.flatnonzero(~(dist * near_tolerance >= nbd_h)) if near_tolerance
-                        else np.arange(dist.size))
-                if redo.size:
-                    if X64 is None:
-                        X64 = Xs.to(torch.float64)
-                    rt = torch.from_numpy(redo).to(dev)
-                    dist[redo] = np.sqrt(direct_sqdist_torch(
-                        X64[cols[rt]], C64[sel_t[rows_[rt]]]).cpu().numpy())
-                keep = dist <= near_radius
-                near_rows.append(near_pos[sel_t[rows_].cpu().numpy()[keep]])
-                near_dist.append(dist[keep])
         if mask is not None:
             pair_counts += (mask[pa] & mask[pb]).sum(dim=1)
     nrow = ndist = None
