@@ -144,7 +144,7 @@ def sigma2_params(sensitivity: Any, g: Any, rho: float, d: int, *,
     ``N = a·2^{e−f+30+K} + R·b·2^K`` (``K ≥ 0`` common, so every shift is ≥ 0); with the
     factor ``(1 + κ)/(2ρ) = p/q``, ``σ² = N²p/D``, ``D = q·b²·2^{60+2K}``. Then ``t =
     ⌊√⌈N²p/D⌉⌋ + 1`` and ``M = ⌈N²p·2^30/(D·t)⌉`` (``m = ⌊M/2^30⌋``, ``m_frac = M mod
-    2^30``) in Python integers held in numpy object arrays; ``tests/test_secure_noise.py``
+    2^30``) in Python integers held in numpy object arrays; ``tests/test_sigma2_params.py``
     compares every output with the per-row :class:`~fractions.Fraction` reference.
     """
     sens = np.atleast_1d(np.asarray(sensitivity, dtype=np.float64))
