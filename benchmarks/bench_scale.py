@@ -22,6 +22,12 @@ Usage::
 available, else ``cpu``) and adds a plain torch brute-force mean shift on the same device
 (float32 expansion tiles, mask products; no certified band, no canonical formula) as the
 reference the torch backend is compared against; on a GPU the peak GPU memory is reported.
+It then measures the extra memory of BRACE on a **fresh** torch bank (a copy never seen by
+the library): the first call (validation, fingerprint and the passes) and a second call
+on the same memory, each as the peak of the in-use heap (glibc ``mallinfo2``, sampled
+every 0.2 ms: numpy's and torch's CPU allocations; on a GPU, torch's peak allocated
+memory) above its level before the call, per byte of the bank (target: ≤ 0.25 for every
+call, the first included).
 ``--repeats k`` runs each timing ``k`` times and reports the median (and every run).
 """
 
@@ -119,6 +125,84 @@ class PeakRSS:
         self.peak = max(self.peak, self._p.memory_info().rss)
 
 
+class PeakHeap:
+    """Peak in-use heap bytes (glibc ``mallinfo2``: ``uordblks + hblkhd``) above the level
+    at entry, sampled every 0.2 ms; ``None`` where ``mallinfo2`` is not available."""
+
+    def __enter__(self) -> PeakHeap:
+        import ctypes
+
+        class _MallInfo2(ctypes.Structure):
+            _fields_ = [(f, ctypes.c_size_t) for f in (
+                "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                "uordblks", "fordblks", "keepcost")]
+
+        try:
+            fn = ctypes.CDLL("libc.so.6").mallinfo2
+        except (OSError, AttributeError):
+            self._fn, self.extra = None, None
+            return self
+        fn.restype = _MallInfo2
+        self._fn = fn
+        self._base = self.peak = self._now()
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+        return self
+
+    def _now(self) -> int:
+        m = self._fn()
+        return int(m.uordblks + m.hblkhd)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._now())
+            time.sleep(0.0002)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._fn is None:
+            return
+        self._stop.set()
+        self._t.join()
+        self.peak = max(self.peak, self._now())
+        self.extra = self.peak - self._base
+
+
+def fresh_bank_memory(X: np.ndarray, q: np.ndarray, r: float, args: Any,
+                      device: Any) -> dict[str, Any]:
+    """BRACE's extra memory per bank byte on a fresh torch bank: the first call and a
+    second call on the same memory (heap on the CPU, allocated memory on a GPU)."""
+    import torch
+
+    from brace import LSRMemory, private_retrieve
+
+    bank = torch.from_numpy(np.array(X)).to(device)  # a new tensor: never validated
+    nbytes = bank.numel() * bank.element_size()
+    mem = LSRMemory(bank, radius=r, threads=args.threads)
+    out: dict[str, Any] = {}
+    for label in ("first", "second"):
+        cuda = device.type == "cuda"
+        if cuda:
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+            base = torch.cuda.memory_allocated(device)
+        with PeakHeap() as ph:
+            private_retrieve(mem, q, method="brace", epsilon=args.epsilon, delta=1e-5,
+                             steps=args.steps, seed=0)
+        if cuda:
+            torch.cuda.synchronize(device)
+            extra = torch.cuda.max_memory_allocated(device) - base
+        else:
+            extra = ph.extra
+        out[f"fresh_bank_{label}_call_extra_share"] = (None if extra is None
+                                                       else extra / nbytes)
+        print(f"fresh bank, {label} call: extra "
+              + ("n/a (no mallinfo2)" if extra is None else
+                 f"{extra / 2**20:.1f} MiB = {extra / nbytes:.3f}x the bank "
+                 f"({'GPU allocated' if cuda else 'heap in use'})"), flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true")
@@ -206,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
               f"({', '.join(f'{t:.2f}' for t in times)}), peak RSS {pk.peak / 2**20:.0f} MiB "
               f"(bank {bank_mib:.0f} MiB, RSS before {rss0:.0f} MiB; extra "
               f"{out[f'{label}_extra_rss_share']:.3f}x the bank)", flush=True)
+    if device is not None:
+        out.update(fresh_bank_memory(X, q, r, args, device))
     out["brace_over_noiseless"] = out["brace_s"] / out["noiseless_s"]
     print(f"BRACE / noiseless = {out['brace_over_noiseless']:.2f}")
     if "torch_bruteforce_s" in out:

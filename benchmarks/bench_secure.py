@@ -11,20 +11,25 @@ sampler alone: µs per coordinate at σ ≈ 2^20 (the secure grid's scale), 2^30
 for 16 384 and 100 000 coordinates per call (one σ per call, and one σ per row of 64
 as in a release), wall-clock and CPU time (medians), beside numpy's ``standard_normal``
 and, if it is installed, OpenDP's vectorised discrete Gaussian (``make_gaussian`` on
-i64 vectors; median of ``--opendp-repeats``).
+i64 vectors; median of ``--opendp-repeats``). Last, the exact σ² of a secure step
+(``secure.sigma2_params``, target ≤ 1 ms per step at Q = 1,000) against the per-row
+``Fraction`` loop it replaced, at Q = 100, 1,000 and 10,000 smooth-release scales.
 
     python benchmarks/bench_secure.py [--threads 1] [--n 2000 100000] [--d 64 384]
         [--Q 64 256] [--T 3 5] [--releases default smooth ...] [--repeats 5] [--json PATH]
     python benchmarks/bench_secure.py --sampler-only [--threads 1] [--repeats 7]
+    python benchmarks/bench_secure.py --sigma2-only [--repeats 7]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
 import time
+from fractions import Fraction
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_retrieve import (  # noqa: E402
@@ -43,6 +48,7 @@ import numpy as np  # noqa: E402
 from brace import LSRMemory, private_retrieve  # noqa: E402
 from brace._io import write_json  # noqa: E402
 from brace.discrete import discrete_gaussian_scale, sample_discrete_gaussian  # noqa: E402
+from brace.secure import SMOOTH_INFLATION, grid_unit, sigma2_params  # noqa: E402
 
 VARIANTS = (
     ("default", "brace", {}),  # BRACE's default release (chosen from public values)
@@ -144,6 +150,39 @@ SAMPLER_HEADER = (f"{'sigma':<5} {'coords':>7} {'brace':>15} {'brace, per row':>
                   f"{'numpy normal':>15} {'OpenDP':>15}   us/coordinate: wall (CPU), medians")
 
 
+def _sigma2_fraction_loop(sens: np.ndarray, g: np.ndarray, rho: float, d: int) -> list:
+    """The former ``sigma2_params`` (data-dependent scale): one ``Fraction`` per row."""
+    factor = (1 + SMOOTH_INFLATION) / (2 * Fraction(rho))
+    root_d = Fraction(math.isqrt(d << 60) + 1, 1 << 30)
+    return [discrete_gaussian_scale((Fraction(float(a)) / Fraction(float(b)) + root_d) ** 2
+                                    * factor) for a, b in zip(sens, g, strict=True)]
+
+
+def bench_sigma2(Qs: tuple = (100, 1_000, 10_000), repeats: int = 5) -> list[dict]:
+    """ms per step of the exact σ² (vectorised) and of the per-row ``Fraction`` loop, at
+    a smooth release's scales: n = 10^5, r = 1, d = 64, ρ = 0.05, Δ̄_t log-uniform in
+    [2r/n, 2r], the grid from the public floor 2r/n."""
+    n, r, d, rho = 100_000, 1.0, 64, 0.05
+    rows = []
+    for Q in Qs:
+        rng = np.random.default_rng(Q)
+        sens = 2 * r * np.exp(rng.uniform(math.log(1 / n), 0.0, Q))
+        g = grid_unit(np.full(Q, 2 * r / n / math.sqrt(2 * rho)), r, d)
+        new = sigma2_params(sens, g, rho, d, data_dependent=True)
+        old = _sigma2_fraction_loop(sens, g, rho, d)
+        if [tuple(int(c[i]) for c in new) for i in range(Q)] != old:
+            raise AssertionError("sigma2_params differs from the Fraction loop")
+        w_new, c_new = _medians(lambda: sigma2_params(sens, g, rho, d,  # noqa: B023
+                                                      data_dependent=True), repeats)
+        w_old, c_old = _medians(lambda: _sigma2_fraction_loop(sens, g, rho, d),  # noqa: B023
+                                max(1, min(repeats, 3)))
+        rows.append({"Q": Q, "vectorised_ms": 1e3 * w_new, "vectorised_cpu_ms": 1e3 * c_new,
+                     "fraction_loop_ms": 1e3 * w_old, "fraction_loop_cpu_ms": 1e3 * c_old})
+        print(f"{Q:>6} {1e3 * w_new:>10.3f} ({1e3 * c_new:>7.3f}) {1e3 * w_old:>10.3f} "
+              f"({1e3 * c_old:>7.3f})", flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", type=int, default=None, help="BLAS threads (before import)")
@@ -159,10 +198,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-sampler", action="store_true", help="skip the sampler's table")
     p.add_argument("--sampler-only", action="store_true",
                    help="time only the exact sampler (not the releases)")
+    p.add_argument("--sigma2-only", action="store_true",
+                   help="time only the exact sigma^2 of a step (sigma2_params)")
     p.add_argument("--opendp-repeats", type=int, default=3,
                    help="timed OpenDP calls per cell (median; 0 skips OpenDP)")
     a = p.parse_args(argv)
     rows = []
+    if a.sigma2_only:
+        a.sampler_only = a.no_sampler = True
     if not a.sampler_only:
         variants = tuple(v for v in VARIANTS if v[0] in a.releases)
         print(f"threads: {threads_info()}; epsilon = 4, delta = 1e-5; median of {a.repeats}"
@@ -180,8 +223,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{a.repeats} (OpenDP: {a.opendp_repeats})")
         print(SAMPLER_HEADER)
         samp = bench_sampler(repeats=a.repeats, opendp_repeats=a.opendp_repeats)
+    print(f"the exact sigma^2 of a step, ms per step: median of {a.repeats} (the loop: "
+          f"{max(1, min(a.repeats, 3))}), wall (CPU)")
+    print(f"{'Q':>6} {'vectorised':>20} {'Fraction loop':>20}")
+    sig = bench_sigma2(repeats=a.repeats)
     if a.json:
-        write_json(a.json, {"rows": rows, "sampler": samp, "threads": threads_info()})
+        write_json(a.json, {"rows": rows, "sampler": samp, "sigma2": sig,
+                            "threads": threads_info()})
     return 0
 
 

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from brace import discrete as D
+from brace.discrete import _bits, _exp
 
 ALARM = 1e-6  # false-alarm rate of every statistical test in this file
 
@@ -36,7 +37,7 @@ def _exp60(x: float) -> Decimal:
 
 
 def _rel_err(x: np.ndarray) -> np.ndarray:
-    p = D._exp_approx(np.asarray(x, dtype=np.float64))
+    p = _exp._exp_approx(np.asarray(x, dtype=np.float64))
     with localcontext() as ctx:
         ctx.prec = 60
         return np.array([float(abs(Decimal(pi) / _exp60(xi) - 1))
@@ -51,7 +52,7 @@ def _pvalue(count: int, n: int, p: float) -> float:
 
 def test_exp_approx_error_bound_on_a_dense_sweep():
     rng = np.random.default_rng(0)
-    k = np.concatenate([np.arange(0, 512), rng.choice(np.arange(512, D._NT), 1500,
+    k = np.concatenate([np.arange(0, 512), rng.choice(np.arange(512, _exp._NT), 1500,
                                                       replace=False)])
     b = k / 256.0  # the table's cell boundaries, and one ulp either side
     xs = np.concatenate([
@@ -72,8 +73,8 @@ def test_exp_approx_error_bound_anywhere(x):
 
 
 def test_table_is_within_an_ulp():
-    T = D._table()
-    k = np.arange(0, D._NT + 1, 97)
+    T = _exp._table()
+    k = np.arange(0, _exp._NT + 1, 97)
     with localcontext() as ctx:
         ctx.prec = 60
         err = [abs(Decimal(float(T[i])) / (-(Decimal(int(i)) / 256)).exp() - 1) for i in k]
@@ -84,7 +85,7 @@ def test_table_is_within_an_ulp():
 @settings(max_examples=200, deadline=None)
 @given(st.fractions(min_value=Fraction(1, 10**9), max_value=200), st.integers(12, 60))
 def test_exact_bounds_bracket_the_exponential(x, prec):
-    lo, hi = D._exp_bounds_exact(x, prec)
+    lo, hi = _exp._exp_bounds_exact(x, prec)
     with localcontext() as ctx:
         ctx.prec = prec + 40
         e = (-(Decimal(x.numerator) / Decimal(x.denominator))).exp()
@@ -99,8 +100,8 @@ def test_exact_bounds_bracket_the_exponential(x, prec):
 def test_sure_decisions_agree_with_the_exact_decision(x, w):
     """Where the float bounds decide ``W < e^{−x}`` for ``W ∈ [w, w + 1)·2⁻³²``, the exact
     decision (any further bits) agrees; where they do not, the exact one decides."""
-    lo, hi = D._exp_bounds(np.array([x]), 2.0**32)
-    exact = D._exact_below_exp(D._Lazy(w, 32), Fraction(x))
+    lo, hi = _exp._exp_bounds(np.array([x]), 2.0**32)
+    exact = _exp._exact_below_exp(_bits._Lazy(w, 32), Fraction(x))
     if w + 1 <= lo[0]:
         assert exact
     if w >= hi[0]:
@@ -111,7 +112,7 @@ def test_sure_decisions_agree_with_the_exact_decision(x, w):
 # --- Bernoulli(exp(−x)) ------------------------------------------------------------------------
 
 def _bern(x: float, n: int) -> np.ndarray:
-    return D._bernoulli_exp_vec(np.full(n, x), lambda i: Fraction(x))
+    return _exp._bernoulli_exp_vec(np.full(n, x), lambda i: Fraction(x))
 
 
 @pytest.mark.parametrize("x", [0.0, 1e-12, 0.5, 1.0, 10.0, 62.0, 63.0, 100.0])
@@ -132,11 +133,12 @@ def test_bernoulli_exp_all_decisions_exact(x, monkeypatch):
     """Every decision forced to the exact path (the float bounds made useless), starting
     from the fast path's 32-bit prefix and from no bits at all."""
     n = 8000
-    monkeypatch.setattr(D, "_exp_bounds", lambda x, s: (np.zeros(x.size), np.full(x.size, 2 * s)))
-    b = _bern(float(x), n) if x.denominator != 3 else D._bernoulli_exp_vec(
+    monkeypatch.setattr(_exp, "_exp_bounds",
+                        lambda x, s: (np.zeros(x.size), np.full(x.size, 2 * s)))
+    b = _bern(float(x), n) if x.denominator != 3 else _exp._bernoulli_exp_vec(
         np.full(n, float(x)), lambda i: x)
     assert _pvalue(int(b.sum()), n, math.exp(-x)) > ALARM
-    c = np.array([D._bernoulli_exp_exact(x) for _ in range(2000)])
+    c = np.array([_exp._bernoulli_exp_exact(x) for _ in range(2000)])
     assert _pvalue(int(c.sum()), c.size, math.exp(-x)) > ALARM
 
 
@@ -144,7 +146,7 @@ def test_bernoulli_exp_all_decisions_exact(x, monkeypatch):
 def test_bernoulli_exp_beyond_the_float_range(x, monkeypatch):
     """The path for ``x̃ ≥ _XMAX`` (63: ``lo = 0``, ``hi ≥ e^{−62}``, the rest exact),
     forced by lowering ``_XMAX`` to 2."""
-    monkeypatch.setattr(D, "_XMAX", 2.0)
+    monkeypatch.setattr(_exp, "_XMAX", 2.0)
     n = 20_000
     b = _bern(x, n)
     p = math.exp(-x)
@@ -162,8 +164,8 @@ def test_exact_geometric_from_any_prefix():
         v = []
         for _ in range(n):
             bits = int(rng.integers(0, 54))
-            num = int(D._randbits(bits))
-            v.append(D._exact_geometric(D._Lazy(num, bits), lam))
+            num = int(_bits._randbits(bits))
+            v.append(_exp._exact_geometric(_bits._Lazy(num, bits), lam))
         v = np.array(v)
         for k in (1, 3) if lam > 1 else (100, 400):
             assert _pvalue(int(np.sum(v >= k)), n, math.exp(-float(lam) * k)) > ALARM
@@ -274,7 +276,7 @@ def test_discrete_gaussian_with_the_exact_path_forced(monkeypatch):
     """η widened to 2⁻⁵: about a third of the trials (the geometric part and the
     acceptance) are finished in Python; the law, including its conditioning on the
     drawn prefixes, is unchanged — per element and shared, small and large σ."""
-    monkeypatch.setattr(D, "_ETA", 2.0**-5)
+    monkeypatch.setattr(_exp, "_ETA", 2.0**-5)
     n = 20_000
     t, m, f = D.discrete_gaussian_scale(7.7)
     z = D.sample_discrete_gaussian(np.full(n, t), np.array([m, m]).repeat(n // 2), f)
@@ -380,7 +382,7 @@ def test_two_sided_geometric_exact_paths(monkeypatch):
     z = D.sample_two_sided_geometric(eps, 150)
     assert _geo_quantiles(z, Fraction(eps)) > ALARM
     assert not D.sample_two_sided_geometric(2.0**60, 50).any()
-    monkeypatch.setattr(D, "_ETA", 2.0**-4)
+    monkeypatch.setattr(_exp, "_ETA", 2.0**-4)
     z = D.sample_two_sided_geometric(Fraction(1, 3), 10_000)
     assert _geo_quantiles(z, Fraction(1, 3)) > ALARM
 
@@ -397,8 +399,8 @@ def test_every_bit_comes_from_words(monkeypatch):
         counter["single"] += n == 1  # the exact path extends a uniform by one word
         return np.random.PCG64(counter["n"]).random_raw(n).astype(np.uint64)
 
-    monkeypatch.setattr(D, "_words", fake_words)
-    monkeypatch.setattr(D, "_ETA", 2.0**-5)
+    monkeypatch.setattr(_bits, "_words", fake_words)
+    monkeypatch.setattr(_exp, "_ETA", 2.0**-5)
     runs = []
     for _ in range(2):
         counter["n"] = 0

@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("sklearn")
 
 from brace.experiments import real as rx  # noqa: E402
+from brace.experiments import real_config as rc  # noqa: E402
 from brace.experiments import real_data as rd  # noqa: E402
 from brace.experiments._common import read_jsonl  # noqa: E402
 from brace.experiments.real import QUICK, RealConfig, run_real  # noqa: E402
@@ -227,7 +228,7 @@ def test_tiny_run_records_are_consistent(tiny_run):
         assert r["queries_scored"] >= TINY.min_scored
         if m == "noiseless":
             assert r["mse"]["mean"] == 0.0 and not r["private"]
-        if m in rx.PER_QUERY:
+        if m in rc.PER_QUERY:
             assert 0.0 <= r["epsilon_per_query"] <= eps
             assert r["epsilon_spent"] <= eps * (1 + 1e-9)
         if m == "synopsis":
@@ -339,7 +340,7 @@ def test_settings_without_public_data(tmp_path):
     assert 1 <= pca[0]["projected_dim"] <= 32
     g = recs[("digits", "none", 10, 1.0, "brace_global")]
     assert g["repetitions"][0]["scale_epsilon"] > 0 and g["epsilon_spent"] <= 1.0 + 1e-9
-    assert recs[("digits", "sample", 10, None, "public_only")]["n_public"] == rx.SAMPLE_SIZE
+    assert recs[("digits", "sample", 10, None, "public_only")]["n_public"] == rc.SAMPLE_SIZE
     text = (tmp_path / "table.txt").read_text()
     assert "Private beats public-only" in text and "| digits | none | 10 |" in text
     assert "private PCA" in text

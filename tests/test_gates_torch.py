@@ -374,3 +374,33 @@ def test_private_memory_on_a_torch_bank_equals_numpy(tmp_path):
         assert again.spent == spent
     with pytest.raises(LedgerError):  # another bank does not
         PrivateMemory(_t(X + 1.0), radius=0.8, budget=(8.0, 1e-5), ledger=tmp_path / "l.db")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_validation_works_in_blocks_of_a_twentieth_of_the_bank(dtype):
+    """Validation's working copies are bounded by a share of the bank (blocks of whole
+    row tiles), the bank is never written, and the squared norms and the fingerprint are
+    those of one pass over the whole bank."""
+    n, d = 5000, 7
+    rows = torch_mod._validation_rows(n, d, 4 if dtype == torch.float32 else 8)
+    assert rows == torch_mod._ROW_BLOCK < n  # several blocks here
+    X = _t(np.random.default_rng(4).normal(size=(n, d))).to(dtype)
+    before = X.clone()
+    st = torch_mod.validate_torch(X)
+    assert torch.equal(X, before)
+    one = (X.to(torch.float64) ** 2).sum(dim=1)
+    assert torch.equal(st.extra["sq"], one)
+    assert st.digest == LSRMemory(X.numpy(), radius=1.0)._state().digest  # numpy's, whole
+    big = torch_mod._validation_rows(10**6, 384, 4)
+    assert big * (4 + 10) * 384 <= torch_mod._EXTRA_SHARE * 10**6 * 384 * 4
+
+
+@pytest.mark.parametrize("k, ns", [(1, 5), (3, 2048), (70, 2048 * 3 + 17), (300, 4096)])
+def test_tile_counts_in_slices_of_centres(k, ns):
+    """Members per centre and row tile, counted over slices of centres (the int64 cast of
+    torch's sum bounded), equal the count of the whole mask at once."""
+    mk = torch.from_numpy(np.random.default_rng(k).random((k, ns)) < 0.3)
+    B = -(-ns // torch_mod._ROW_BLOCK)
+    ref = torch.stack([mk[:, j * torch_mod._ROW_BLOCK : (j + 1) * torch_mod._ROW_BLOCK]
+                       .sum(dim=1) for j in range(B)], dim=1)
+    assert torch.equal(torch_mod._tile_counts(torch, mk), ref)

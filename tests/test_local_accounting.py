@@ -399,9 +399,9 @@ def test_canonical_sums_do_not_depend_on_the_other_gates_of_a_tile(monkeypatch):
     assert np.array_equal(alone, np.cumsum(members, axis=0)[-1])  # row order, float64
     # the teeth: without canonical sums the crowded tile is a GEMM, the lone gate is not
     sparse = []
-    real = dense._csr_sum
-    monkeypatch.setattr(dense, "_csr_sum",
-                        lambda mk, *a: sparse.append(mk.shape[0]) or real(mk, *a))
+    real = dense.csr_gate_sums
+    monkeypatch.setattr(dense, "csr_gate_sums",
+                        lambda cnt, *a: sparse.append(cnt.size) or real(cnt, *a))
     gate_pass(X, None, np.concatenate([c, crowd]), r)
     assert sparse == []
     gate_pass(X, None, c, r)

@@ -23,6 +23,7 @@ import brace
 from brace import discrete as D
 from brace import secure as S
 from brace.cli import main
+from brace.discrete import _bits, _exp
 
 ALARM = 1e-6  # false-alarm rate of every statistical test in this file
 
@@ -158,20 +159,20 @@ def test_every_random_bit_comes_from_the_os_source(mem, monkeypatch):
     monkeypatch.setattr(np.random, "SeedSequence", no_numpy)
     monkeypatch.setattr(np.random, "Generator", no_numpy)
     counter = {"n": 0}
-    real = D._words
+    real = _bits._words
 
     def fake_words(n):  # a deterministic stand-in for os.urandom: same stream, same release
         counter["n"] += n
         return np.random.PCG64(counter["n"]).random_raw(n).astype(np.uint64)
 
     kw = dict(method="brace", epsilon=2.0, delta=1e-5, steps=2, noise="secure")
-    monkeypatch.setattr(D, "_words", fake_words)
+    monkeypatch.setattr(_bits, "_words", fake_words)
     a = brace.private_retrieve(m, q, **kw)
     counter["n"] = 0
     b = brace.private_retrieve(m, q, **kw)
     assert np.array_equal(a.outputs, b.outputs)
     assert np.array_equal(a.released_counts, b.released_counts)
-    monkeypatch.setattr(D, "_words", real)
+    monkeypatch.setattr(_bits, "_words", real)
     c = brace.private_retrieve(m, q, **kw)
     assert not np.array_equal(a.outputs, c.outputs)
 
@@ -459,7 +460,7 @@ def test_fallback_paths_keep_the_law(monkeypatch):
     error bound η widened to 2⁻⁵, so about a third of the trials are finished in Python
     with :mod:`decimal` bounds): the law is unchanged (``test_discrete_sampler.py`` has
     more)."""
-    monkeypatch.setattr(D, "_ETA", 2.0**-5)
+    monkeypatch.setattr(_exp, "_ETA", 2.0**-5)
     n = 20_000
     z = D.sample_discrete_gaussian(np.full(n, 3), 2)
     pmf = lambda k: D.discrete_gaussian_pmf(k, 6)  # noqa: E731

@@ -178,3 +178,39 @@ def test_secure_smooth_release_on_a_public_grid():
     assert np.all(cert.noise_scale >= plain.noise_scale)
     assert np.any(cert.noise_scale > plain.noise_scale)  # the slower rate does act
     assert np.all(cert.noise_scale <= plain.noise_scale * (1 + 1e-5))
+
+
+def test_certificate_follows_the_release_it_certifies():
+    """``certificate(..., result=res)`` takes the noise mode (and the counts) of the
+    release: a secure release's Δ̄_t bit for bit, where the plain default differs; a
+    mode or a parameter that differs from the release's is refused."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(300, 3))
+    mem = LSRMemory(X, radius=0.8)
+    q = X[:4] + 0.1
+    kw = dict(method="brace", epsilon=4.0, delta=1e-5, steps=3, kappa=0.0)
+    res = brace.private_retrieve(mem, q, release="smooth", **kw)
+    assert res.params["noise"] == "secure"
+    hist = np.concatenate([q[:, None], res.outputs[:, :-1]], axis=1)
+    free = dict(steps=3, kappa=0.0, gamma=res.params["gamma"])
+    cert = certificate(mem, q, hist, result=res, **free)
+    np.testing.assert_array_equal(cert.noise_scale, res.smooth_sensitivity)
+    plain = certificate(mem, q, hist, **free)  # no result: plain, another rate
+    assert np.any(plain.noise_scale != res.smooth_sensitivity)
+    with_budget = certificate(mem, q, hist, result=res, release="smooth", **kw)
+    np.testing.assert_array_equal(with_budget.noise_scale, res.smooth_sensitivity)
+    with pytest.raises(ValueError, match="noise='plain' differs from the certified"):
+        certificate(mem, q, hist, result=res, noise="plain", **free)
+    with pytest.raises(ValueError, match="gamma=.* differs from the certified"):
+        certificate(mem, q, hist, result=res, steps=3, kappa=0.0, gamma=0.5)
+    with pytest.raises(ValueError, match="steps=2 differs from the certified"):
+        certificate(mem, q, hist, result=res, steps=2, kappa=0.0, gamma=res.params["gamma"])
+    with pytest.raises(TypeError, match="result must be the PrivateRetrievalResult"):
+        certificate(mem, q, hist, result=res.params, **free)
+    # a count release: its released counts follow the result too
+    cnt = brace.private_retrieve(mem, q, release="count", **kw)
+    hc = np.concatenate([q[:, None], cnt.outputs[:, :-1]], axis=1)
+    cc = certificate(mem, q, hc, result=cnt, release="count", **kw)
+    np.testing.assert_array_equal(
+        cc.noise_scale, certificate(mem, q, hc, release="count", noise="secure",
+                                    released_counts=cnt.released_counts, **kw).noise_scale)

@@ -46,7 +46,14 @@ from ._validation import (
 )
 from .memory import LSRMemory, pins_bank
 from .noise import make_noise
-from .plan import DEFAULT_KAPPA, METHODS, PRIVATE_METHODS, no_correction_kappa, plan_release
+from .plan import (
+    DEFAULT_KAPPA,
+    METHODS,
+    PRIVATE_METHODS,
+    ReleasePlan,
+    no_correction_kappa,
+    plan_release,
+)
 from .secure import SECURE_SEED_REASON, check_noise
 from .steps import endpoint_sensitivity, global_sensitivity
 
@@ -421,19 +428,7 @@ def private_retrieve(
     ``res.privacy.epsilon_total`` is the ε of the whole call at the same δ, and
     :class:`brace.PrivateMemory` tracks the total over calls against a budget.
     """
-    if not isinstance(memory, LSRMemory):
-        raise TypeError(f"memory must be an LSRMemory; got {type(memory).__name__}.")
-    if epsilon is None or delta is None:  # public: refused before the bank is read
-        raise ValueError(
-            f"private_retrieve needs the budget: epsilon and delta must be numbers; got "
-            f"epsilon={epsilon!r}, delta={delta!r}. Without a budget use brace.certificate "
-            "or brace.plan_release (epsilon=None, delta=None) along a fixed history.")
-    X, _ = memory._bank()
-    q, _ = check_queries(queries, X.shape[1], name="queries")
-    noise = check_noise(noise)
-    if noise == "secure" and _innovations is not None:
-        raise ValueError("_innovations are standard normal draws; noise='secure' draws its "
-                         "own exact discrete noise.")
+    q, noise = _checked_call(memory, queries, epsilon, delta, noise, _innovations)
     # every choice (release mode, γ, calibration, noise), from public values only; a seed
     # with noise="secure" is refused there (brace.noise.resolve_noise)
     plan = plan_release(memory, method=method, epsilon=epsilon, delta=delta, steps=steps,
@@ -445,13 +440,31 @@ def private_retrieve(
                     progress=progress, innovations=_innovations, grid_factor=_grid_factor)
 
 
-def run_plan(memory: LSRMemory, q: np.ndarray, plan: Any, *, seed: Any = None,
-             return_clean: bool = False, progress: Callable[[int, int], None] | None = None,
-             innovations: Any = None, grid_factor: int = 1) -> PrivateRetrievalResult:
-    """Run a validated plan on validated queries ``q`` (Q, d): the call's noise strategy
-    (:func:`brace.noise.make_noise`, as ``plan.noise`` says), the step pipeline
-    (:func:`brace.steps.run`) and the result. :func:`private_retrieve` and
-    :class:`brace.PrivateMemory` (which prices the same plan) both end here."""
+def _checked_call(memory: Any, queries: Any, epsilon: Any, delta: Any, noise: Any,
+                  innovations: Any) -> tuple[np.ndarray, str]:
+    """:func:`private_retrieve`'s own arguments checked, before the plan (which checks the
+    mechanism's): the memory, the budget's presence, the queries and the noise mode."""
+    if not isinstance(memory, LSRMemory):
+        raise TypeError(f"memory must be an LSRMemory; got {type(memory).__name__}.")
+    if epsilon is None or delta is None:  # public: refused before the bank is read
+        raise ValueError(
+            f"private_retrieve needs the budget: epsilon and delta must be numbers; got "
+            f"epsilon={epsilon!r}, delta={delta!r}. Without a budget use brace.certificate "
+            "or brace.plan_release (epsilon=None, delta=None) along a fixed history.")
+    X, _ = memory._bank()
+    q, _ = check_queries(queries, X.shape[1], name="queries")
+    noise = check_noise(noise)
+    if noise == "secure" and innovations is not None:
+        raise ValueError("_innovations are standard normal draws; noise='secure' draws its "
+                         "own exact discrete noise.")
+    return q, noise
+
+
+def _checked_run(plan: Any, q: np.ndarray, seed: Any, return_clean: Any, progress: Any,
+                 innovations: Any, grid_factor: Any) -> tuple[bool, np.ndarray | None]:
+    """:func:`run_plan`'s arguments checked against the plan: the seed (none in secure
+    mode), the audit's grid factor, ``return_clean``, ``progress``, the output size and the
+    innovations' shape. Returns ``return_clean`` and the innovations."""
     secure = plan.noise == "secure"
     if secure and seed is not None:
         raise ValueError(f"seed must be None with noise='secure': {SECURE_SEED_REASON}")
@@ -463,9 +476,21 @@ def run_plan(memory: LSRMemory, q: np.ndarray, plan: Any, *, seed: Any = None,
     if progress is not None and not callable(progress):
         raise TypeError(f"progress must be callable as progress(t, T). Found {progress!r}.")
     Q, d = q.shape
-    T = plan.steps
-    check_output_size((2, Q, T + 1, d), "the release and its clean trajectory")
-    xi = _check_noise(innovations, (Q, plan.releases, d))
+    check_output_size((2, Q, plan.steps + 1, d), "the release and its clean trajectory")
+    return return_clean, _check_noise(innovations, (Q, plan.releases, d))
+
+
+def run_plan(memory: LSRMemory, q: np.ndarray, plan: Any, *, seed: Any = None,
+             return_clean: bool = False, progress: Callable[[int, int], None] | None = None,
+             innovations: Any = None, grid_factor: int = 1) -> PrivateRetrievalResult:
+    """Run a validated plan on validated queries ``q`` (Q, d): the call's noise strategy
+    (:func:`brace.noise.make_noise`, as ``plan.noise`` says), the step pipeline
+    (:func:`brace.steps.run`) and the result. :func:`private_retrieve` and
+    :class:`brace.PrivateMemory` (which prices the same plan) both end here."""
+    return_clean, xi = _checked_run(plan, q, seed, return_clean, progress, innovations,
+                                    grid_factor)
+    secure = plan.noise == "secure"
+    Q, d = q.shape
     rng, seed_record = (None, None) if secure else rng_and_record(seed)
     if plan.method == "naive":
         warnings.warn(
@@ -530,7 +555,8 @@ def certificate(
     released_counts: Any = None,
     epsilon: float | None = None,
     delta: float | None = None,
-    noise: str = "plain",
+    noise: str | None = None,
+    result: PrivateRetrievalResult | None = None,
 ) -> CertificateTrace:
     """Evaluate a mechanism's pre-noise outputs and noise scales along a fixed history.
 
@@ -550,17 +576,25 @@ def certificate(
     noise multiplier. ``noise`` is the noise mode of the evaluated release: with
     ``"secure"`` the smooth certificate's rate keeps secure mode's larger margin
     (``docs/privacy-accounting.md`` §13, Theorem 11).
+
+    ``result``: the release this certifies (a :class:`PrivateRetrievalResult`). The noise
+    mode follows it (``noise=None``; a ``noise`` that differs is refused), and so do the
+    released counts of a count release; its method, horizon, release mode, γ, κ and
+    output projection must be those of the plan, else a ``ValueError`` names the first
+    that differs. Without ``result``, ``noise=None`` is ``"plain"``.
     """
     if method not in ("brace", "global", "naive"):
         raise ValueError(f"certificate is defined for iterative methods; got {method!r}.")
     X, _ = memory._bank()
     q, _ = check_queries(queries, X.shape[1], name="queries")
-    if noise not in ("plain", "secure"):
-        raise ValueError(f"noise must be 'plain' or 'secure' (the evaluated release's mode); "
-                         f"got {noise!r}.")
+    noise = _certified_noise(noise, result)
     plan = plan_release(memory, method=method, epsilon=epsilon, delta=delta, steps=steps,
                         kappa=kappa, gamma=gamma, output_projection=output_projection,
                         release=release, queries=q.shape[0], noise=noise)
+    if result is not None:
+        _check_certified(plan, result)
+        if released_counts is None:
+            released_counts = result.released_counts
     Q, T, d = q.shape[0], plan.steps, q.shape[1]
     h = as_float_array("history", history)
     if h.ndim != 3 or h.shape[0] != Q or h.shape[2] != d or h.shape[1] < T:
@@ -572,6 +606,36 @@ def certificate(
     _steps.run(memory, q, plan, None, history=hist, trace=trace, counts=counts)
     return CertificateTrace(np.stack(trace["pre_noise"], axis=1),
                             np.stack(trace["scale"], axis=1), trace.get("G"))
+
+
+def _certified_noise(noise: str | None, result: PrivateRetrievalResult | None) -> str:
+    """The noise mode of the certified release: ``noise`` if given, else the result's,
+    else ``"plain"``; a ``noise`` that differs from the result's is refused."""
+    if result is not None and not isinstance(result, PrivateRetrievalResult):
+        raise TypeError("result must be the PrivateRetrievalResult the certificate "
+                        f"certifies; got {type(result).__name__}.")
+    mode = None if result is None else result.params.get("noise", "plain")
+    if noise is None:
+        return mode or "plain"
+    if noise not in ("plain", "secure"):
+        raise ValueError(f"noise must be 'plain' or 'secure' (the evaluated release's mode); "
+                         f"got {noise!r}.")
+    if mode is not None and noise != mode:
+        raise ValueError(f"noise={noise!r} differs from the certified release's noise mode "
+                         f"{mode!r}; omit noise (it follows result).")
+    return noise
+
+
+def _check_certified(plan: ReleasePlan, result: PrivateRetrievalResult) -> None:
+    """Refuse a certificate whose plan is not the certified release's."""
+    if result.method != plan.method:
+        raise ValueError(f"method={plan.method!r} differs from the certified release's "
+                         f"method {result.method!r}.")
+    mine = plan.params()
+    for key in ("steps", "release", "gamma", "kappa", "output_projection"):
+        if key in result.params and result.params[key] != mine[key]:
+            raise ValueError(f"{key}={mine[key]!r} differs from the certified release's "
+                             f"{key} {result.params[key]!r}; pass the release's value.")
 
 
 def _check_counts(counts: Any, needed: bool, shape: tuple[int, int]) -> np.ndarray | None:

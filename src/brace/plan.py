@@ -313,41 +313,16 @@ def plan_release(
        the baselines never correct: they record ``κ = ∞`` with ``kappa_rule`` saying so,
        whatever κ was passed (``docs/spec.md`` §2; ``docs/privacy-accounting.md`` §9).
     """
-    n, dim, r = _shape(memory, radius)
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}; got {method!r}.")
-    noise, noise_rule = resolve_noise(check_noise(noise), check_bool("seeded", seeded))
-    budget = epsilon is not None or delta is not None
-    if budget:
-        eps = check_privacy_epsilon(epsilon)  # the ranges a ledger records (and reads)
-        dlt = check_privacy_delta(delta)
-    T = check_steps(steps)
-    kap = check_nonnegative("kappa", kappa, allow_inf=True)
-    if accounting not in _acc.ACCOUNTING_RULES:
-        raise ValueError(f"accounting must be 'rdp' or 'paper'; got {accounting!r}.")
-    brace = method == "brace"
-    if budget:
-        gamma, gamma_rule = _check_gamma(gamma, method, accounting)
-    else:  # along a fixed history: γ as given; γ = 0 is the fixed-sensitivity bound
-        gamma, gamma_rule = check_nonnegative("gamma", gamma), "given"
-    proj = check_bool("output_projection", output_projection)
-    Q = check_int_at_least("queries", queries, 1)
-    if release is None:
-        release = DEFAULT_RELEASE if brace and accounting == "rdp" and budget else "smooth"
-    if release not in RELEASE_MODES:
-        raise ValueError(f"release must be 'smooth', 'count' or 'auto'; got {release!r}.")
-    if release == "auto" and (not brace or accounting != "rdp"):
-        raise ValueError("release='auto' is a BRACE choice with accounting='rdp'; got "
-                         f"method={method!r}, accounting={accounting!r}.")
-    if release == "count" and (not brace or accounting != "rdp"):
-        raise ValueError("release='count' is a BRACE release with accounting='rdp'; got "
-                         f"method={method!r}, accounting={accounting!r}.")
-    if not budget and release != "smooth":
-        raise ValueError(f"release={release!r} needs the budget (epsilon, delta): its split "
-                         "and margin are calibrated from it.")
-    common = dict(method=method, steps=T, radius=r, accounting=accounting,
-                  output_projection=proj, n=n, dim=dim, queries=Q, noise=noise,
-                  noise_rule=noise_rule)
+    a = _checked(memory, method=method, epsilon=epsilon, delta=delta, steps=steps,
+                 kappa=kappa, gamma=gamma, accounting=accounting,
+                 output_projection=output_projection, release=release, queries=queries,
+                 radius=radius, noise=noise, seeded=seeded)
+    n, dim, method, accounting, budget = a.n, a.dim, a.method, a.accounting, a.budget
+    eps, dlt, T, kap, proj = a.eps, a.dlt, a.steps, a.kappa, a.proj
+    gamma, gamma_rule, release, noise, brace = a.gamma, a.gamma_rule, a.release, a.noise, a.brace
+    common = dict(method=method, steps=T, radius=a.radius, accounting=accounting,
+                  output_projection=proj, n=n, dim=dim, queries=a.queries, noise=noise,
+                  noise_rule=a.noise_rule)
     if not budget:
         return ReleasePlan(**common, **_kappa_record(kap, brace, release, proj, T),
                            release=release if brace else FIXED,
@@ -392,10 +367,78 @@ def plan_release(
         gamma=spent.gamma,
         gamma_rule=gamma_rule if brace else "none (fixed sensitivity)",
         noise_multiplier=spent.noise_multiplier,
-        spent=spent.for_queries(Q),
+        spent=spent.for_queries(a.queries),
         count_share=share,
         proposal_delta=f_delta,
     )
+
+
+@dataclass(frozen=True)
+class _Args:
+    """The arguments of :func:`plan_release`, checked (names as there)."""
+
+    n: int
+    dim: int
+    radius: float
+    method: str
+    noise: str
+    noise_rule: str
+    budget: bool
+    eps: float | None
+    dlt: float | None
+    steps: int
+    kappa: float
+    accounting: str
+    brace: bool
+    gamma: Any
+    gamma_rule: str
+    proj: bool
+    queries: int
+    release: str
+
+
+def _checked(memory: Any, *, method: Any, epsilon: Any, delta: Any, steps: Any, kappa: Any,
+             gamma: Any, accounting: Any, output_projection: Any, release: Any,
+             queries: Any, radius: Any, noise: Any, seeded: Any) -> _Args:
+    """Every argument of :func:`plan_release` checked, in the order the errors are
+    raised (each names the argument and echoes the value), and the release mode's
+    default; no choice is made here."""
+    n, dim, r = _shape(memory, radius)
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}; got {method!r}.")
+    noise, noise_rule = resolve_noise(check_noise(noise), check_bool("seeded", seeded))
+    budget = epsilon is not None or delta is not None
+    if budget:
+        eps = check_privacy_epsilon(epsilon)  # the ranges a ledger records (and reads)
+        dlt = check_privacy_delta(delta)
+    T = check_steps(steps)
+    kap = check_nonnegative("kappa", kappa, allow_inf=True)
+    if accounting not in _acc.ACCOUNTING_RULES:
+        raise ValueError(f"accounting must be 'rdp' or 'paper'; got {accounting!r}.")
+    brace = method == "brace"
+    if budget:
+        gamma, gamma_rule = _check_gamma(gamma, method, accounting)
+    else:  # along a fixed history: γ as given; γ = 0 is the fixed-sensitivity bound
+        gamma, gamma_rule = check_nonnegative("gamma", gamma), "given"
+    proj = check_bool("output_projection", output_projection)
+    Q = check_int_at_least("queries", queries, 1)
+    if release is None:
+        release = DEFAULT_RELEASE if brace and accounting == "rdp" and budget else "smooth"
+    if release not in RELEASE_MODES:
+        raise ValueError(f"release must be 'smooth', 'count' or 'auto'; got {release!r}.")
+    if release == "auto" and (not brace or accounting != "rdp"):
+        raise ValueError("release='auto' is a BRACE choice with accounting='rdp'; got "
+                         f"method={method!r}, accounting={accounting!r}.")
+    if release == "count" and (not brace or accounting != "rdp"):
+        raise ValueError("release='count' is a BRACE release with accounting='rdp'; got "
+                         f"method={method!r}, accounting={accounting!r}.")
+    if not budget and release != "smooth":
+        raise ValueError(f"release={release!r} needs the budget (epsilon, delta): its split "
+                         "and margin are calibrated from it.")
+    return _Args(n=n, dim=dim, radius=r, method=method, noise=noise, noise_rule=noise_rule,
+                 budget=budget, eps=eps if budget else None, dlt=dlt if budget else None,
+                 steps=T, kappa=kap, accounting=accounting, brace=brace, gamma=gamma,
+                 gamma_rule=gamma_rule, proj=proj, queries=Q, release=release)
 
 
 def _kappa_record(kappa: float, brace: bool, release: str, proj: bool,

@@ -108,28 +108,93 @@ def _sqrt_up(d: int) -> Fraction:
     return Fraction(math.isqrt(d << 60) + 1, 1 << 30)
 
 
+def _dyadic(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``x = a·2^e`` exactly for finite floats: ``a`` int64 (``|a| < 2^53``), ``e`` int64."""
+    frac, e = np.frexp(x)
+    return (frac * 2.0**53).astype(np.int64), e.astype(np.int64) - 53
+
+
+def _isqrt_exact(c: np.ndarray) -> np.ndarray:
+    """``⌊√c⌋`` (int64) for Python integers ``0 ≤ c ≤ 2^104`` (an object array): the float
+    ``fl(√fl(c))`` is within ``1.5u·√c ≤ 3/4`` of ``√c`` (two correct roundings), so its
+    floor ``k̂`` is ``k`` or ``k ± 1``; the exact residual ``r = c − k̂²`` (``|r| < 2^54``)
+    decides which. Elements the check does not confirm (none, by the bound) go to
+    :func:`math.isqrt`."""
+    k = np.floor(np.sqrt(c.astype(np.float64))).astype(np.int64)
+    r = (c - k.astype(object) ** 2).astype(np.int64)
+    lo = r < 0
+    hi = r > 2 * k
+    r = np.where(lo, r + 2 * k - 1, np.where(hi, r - 2 * k - 1, r))
+    k = k - lo + hi
+    bad = (r < 0) | (r > 2 * k)
+    for i in np.flatnonzero(bad).tolist():  # pragma: no cover - excluded by the bound
+        k[i] = math.isqrt(int(c[i]))
+    return k
+
+
 def sigma2_params(sensitivity: Any, g: Any, rho: float, d: int, *,
                   data_dependent: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The sampler's ``σ² = t·(m + m_frac·2^-30)`` per row (exact integers) with
     ``σ² ≥ (1 + κ·[data_dependent])·(Δ/g + √d)²/(2ρ)`` (``Δ/g`` is exact; ``κ`` is
-    :data:`SMOOTH_INFLATION`), rounded up by a relative ``2^-29/σ`` at most."""
+    :data:`SMOOTH_INFLATION`), rounded up by a relative ``2^-29/σ`` at most: for each row,
+    :func:`brace.discrete.discrete_gaussian_scale` of that rational, vectorised.
+
+    Exact integer arithmetic on all rows at once: with ``Δ = a·2^e``, ``g = b·2^f`` (``b``
+    odd) and ``√d ≤ R·2^-30`` (:func:`_sqrt_up`), ``Δ/g + R·2^-30 = N/(b·2^{30+K})``,
+    ``N = a·2^{e−f+30+K} + R·b·2^K`` (``K ≥ 0`` common, so every shift is ≥ 0); with the
+    factor ``(1 + κ)/(2ρ) = p/q``, ``σ² = N²p/D``, ``D = q·b²·2^{60+2K}``. Then ``t =
+    ⌊√⌈N²p/D⌉⌋ + 1`` and ``M = ⌈N²p·2^30/(D·t)⌉`` (``m = ⌊M/2^30⌋``, ``m_frac = M mod
+    2^30``) in Python integers held in numpy object arrays; ``tests/test_sigma2_params.py``
+    compares every output with the per-row :class:`~fractions.Fraction` reference.
+    """
     sens = np.atleast_1d(np.asarray(sensitivity, dtype=np.float64))
     gg = np.broadcast_to(np.asarray(g, dtype=np.float64), sens.shape)
     if not (rho > 0 and math.isfinite(rho)):
         raise ValueError(f"rho must be a finite number > 0; got {rho!r}.")
+    if not np.all(np.isfinite(sens)):
+        raise ValueError("sensitivity must be finite; got "
+                         f"{sens[~np.isfinite(sens)][0]!r}.")
+    if not np.all(np.isfinite(gg) & (gg > 0)):
+        raise ValueError("g (the grid unit) must be a finite number > 0; got "
+                         f"{gg[~(np.isfinite(gg) & (gg > 0))][0]!r}.")
+    shape = sens.shape
+    if sens.size == 0:
+        return tuple(np.empty(shape, dtype=np.int64) for _ in range(3))
     factor = (1 + SMOOTH_INFLATION if data_dependent else Fraction(1)) / (2 * Fraction(rho))
     root_d = _sqrt_up(d)
-    t = np.empty(sens.shape, dtype=np.int64)
-    m = np.empty(sens.shape, dtype=np.int64)
-    f = np.empty(sens.shape, dtype=np.int64)
-    cache: dict = {}
-    for i in range(sens.size):
-        key = (float(sens[i]), float(gg[i]))
-        if key not in cache:
-            S = Fraction(key[0]) / Fraction(key[1]) + root_d
-            cache[key] = discrete_gaussian_scale(S * S * factor)
-        t[i], m[i], f[i] = cache[key]
-    return t, m, f
+    R = root_d.numerator * ((1 << 30) // root_d.denominator)  # √d ≤ R·2^-30
+    a, e = _dyadic(sens.ravel())
+    b, f = _dyadic(gg.ravel())
+    tz = np.frexp((b & -b).astype(np.float64))[1] - 1  # trailing zeros of b (b > 0)
+    b, f = b >> tz, f + tz  # b odd (a power of two: b = 1)
+    sh = np.where(a == 0, 0, e - f + 30)
+    K = max(0, -int(sh.min()))
+    sh += K
+    unit_b = bool(np.all(b == 1))
+    if unit_b and int(sh.max()) <= 9 and R << K < 1 << 61:  # int64 is exact: < 2^63
+        N = ((a << sh) + (R << K) * b).astype(object)
+    else:
+        N = (a.astype(object) << sh.astype(object)) + (R << K) * b.astype(object)
+    num = N * N * factor.numerator
+    D = factor.denominator << (60 + 2 * K)
+    if not unit_b:
+        D = D * b.astype(object) ** 2
+    if not np.all(num > 0):
+        raise ValueError("sigma^2 must be > 0; got 0 (a zero sensitivity in grid units "
+                         "plus sqrt(d)).")
+    c2 = (num + (D - 1)) // D  # ⌈σ²⌉
+    if np.any(c2 >= 1 << 103):  # else t·M ≤ σ²·2^30 + t < 2^134: within the range
+        for s2 in (Fraction(int(x), int(y)) for x, y in np.broadcast(num, D)):
+            discrete_gaussian_scale(s2)  # raises for the first beyond it
+    t = _isqrt_exact(c2) + 1
+    Dt = D * t.astype(object)
+    M = ((num << 30) + (Dt - 1)) // Dt  # ⌈σ²·2^30/t⌉
+    try:
+        Mi = M.astype(np.int64)
+        m, mf = Mi >> 30, Mi & ((1 << 30) - 1)
+    except OverflowError:  # M ≥ 2^63 (σ beyond about 2^33)
+        m, mf = (M >> 30).astype(np.int64), (M & ((1 << 30) - 1)).astype(np.int64)
+    return t.reshape(shape), m.reshape(shape), mf.reshape(shape)
 
 
 def rounded_units(pre: np.ndarray, g: np.ndarray, grid_factor: int = 1,

@@ -48,8 +48,8 @@ from .sensitivity import (
     sorted_segments,
 )
 
-__all__ = ["endpoint_sensitivity", "global_sensitivity", "public_checks", "run",
-           "run_endpoint", "safety_radius", "secure_grid", "sensitivity_floor"]
+__all__ = ["StepPublics", "endpoint_sensitivity", "global_sensitivity", "public_checks",
+           "run", "run_endpoint", "safety_radius", "secure_grid", "sensitivity_floor"]
 
 
 def _project(points: np.ndarray, centres: np.ndarray, radius: float | np.ndarray) -> np.ndarray:
@@ -93,38 +93,75 @@ def sensitivity_floor(plan: ReleasePlan) -> float:
     return 2.0 * plan.radius / plan.n
 
 
-def safety_radius(plan: ReleasePlan, num: Numerics, qscale: np.ndarray) -> np.ndarray:
+def _floor_grid(plan: ReleasePlan) -> float | None:
+    """Secure mode: the grid at :func:`sensitivity_floor`, the finest a call can use (and
+    the grid of every step whose scale depends on the data); None in plain mode."""
+    if plan.noise != "secure":
+        return None
+    return float(grid_unit(sensitivity_floor(plan) * plan.noise_multiplier, plan.radius,
+                           plan.dim))
+
+
+def safety_radius(plan: ReleasePlan, num: Numerics, qscale: np.ndarray,
+                  floor_grid: float | None = None) -> np.ndarray:
     """Without the output projection, the radius of the public ball around each query that
     keeps every released centre inside the proven floating-point range (the certificate's
     slack at most ``SLACK_MAX_REL·r``, and in secure mode ``2^60`` grid units): releases
     are clamped to it, a public post-processing that only binds far outside any realistic
-    noise, so that no step is refused after an earlier one was drawn."""
-    r = plan.radius
+    noise, so that no step is refused after an earlier one was drawn. ``floor_grid``: the
+    plan's :func:`_floor_grid`, if already known."""
     limit = num.max_scale()
     if plan.noise == "secure":
-        g = grid_unit(sensitivity_floor(plan) * plan.noise_multiplier, r, plan.dim)
-        limit = min(limit, float(g) * 2.0**60)
-    return np.maximum(limit - qscale - 2.0 * r, 0.0)
+        g = _floor_grid(plan) if floor_grid is None else floor_grid
+        limit = min(limit, g * 2.0**60)
+    return np.maximum(limit - qscale - 2.0 * plan.radius, 0.0)
 
 
-def public_checks(plan: ReleasePlan, q: np.ndarray) -> tuple[Numerics, np.ndarray]:
+@dataclass(frozen=True)
+class StepPublics:
+    """Every public quantity of a call's steps, computed once by :func:`public_checks`
+    before the bank is read; the stages only read it.
+
+    ``num``: the floating-point numerics; ``qscale``: ``‖q‖_∞`` per query; ``floor``:
+    :func:`sensitivity_floor`; ``floor_grid``: secure mode's grid at the floor (None in
+    plain mode); ``safety``: without the output projection, :func:`safety_radius` per
+    query (None with it); ``never_corrects``: no step can apply BRACE's correction
+    (:func:`brace.plan.may_correct`); ``K``: the terms of the smooth certificate (0 where
+    there is none)."""
+
+    num: Numerics
+    qscale: np.ndarray
+    floor: float
+    floor_grid: float | None
+    safety: np.ndarray | None
+    never_corrects: bool
+    K: int
+
+
+def public_checks(plan: ReleasePlan, q: np.ndarray) -> StepPublics:
     """Every refusal a call can meet, decided from public values (the plan and the
     queries) before the bank is read (``docs/privacy.md`` §8, "Input range"): the
     certificate's floating-point range at every centre the call can reach (with the
     projection ``B̄(q, (T+1)r)``, without it the safety ball of :func:`safety_radius`), and
-    in secure mode the grid's int64 range. Returns the numerics and each query's reach
-    ``‖q‖_∞ + (T+1)r`` bound."""
+    in secure mode the grid's int64 range. Returns every public quantity of the steps
+    (:class:`StepPublics`)."""
     T, r = plan.steps, plan.radius
     num = Numerics(plan.n, plan.dim, r, T)
     qscale = np.abs(q).max(axis=1)
     num.check(qscale + (T + 1) * r)
-    if plan.noise == "secure":
-        g_min = grid_unit(sensitivity_floor(plan) * plan.noise_multiplier, r, plan.dim)
+    floor_grid = _floor_grid(plan)
+    safety = (None if plan.output_projection
+              else safety_radius(plan, num, qscale, floor_grid))
+    if floor_grid is not None:
         reach = qscale + (T + 2) * r + float(np.max(num.slack(qscale + (T + 1) * r)))
-        if not plan.output_projection:
-            reach = reach + safety_radius(plan, num, qscale)
-        check_grid_range(reach, g_min)
-    return num, qscale
+        if safety is not None:
+            reach = reach + safety
+        check_grid_range(reach, np.float64(floor_grid))
+    iterative = plan.method != "endpoint"
+    never = not may_correct(plan, qscale, num) if iterative else True
+    smooth = plan.method == "brace" and plan.release != "count"
+    K = n_terms(plan.n, plan.gamma) if iterative and smooth else 0
+    return StepPublics(num, qscale, sensitivity_floor(plan), floor_grid, safety, never, K)
 
 
 @dataclass
@@ -134,10 +171,7 @@ class _Walk:
 
     q: np.ndarray
     plan: ReleasePlan
-    num: Numerics
-    qscale: np.ndarray
-    never_activates: bool
-    K: int
+    pub: StepPublics
     clean_bound: CleanTrajectoryBound | None
     track_clean: bool
     Y: np.ndarray = field(init=False)
@@ -197,8 +231,8 @@ def _gate_pass(memory: LSRMemory, w: _Walk, t: int) -> _Pass:
         group_size=Q,  # the released-state group as in a pass of its own
         pairs=(inv + Q, idx),
         near_centres=np.arange(first.size) + Q if near else None,
-        near_radius=2.0 * w.plan.radius + w.num.tau,
-        near_tolerance=w.num.near_tolerance,
+        near_radius=2.0 * w.plan.radius + w.pub.num.tau,
+        near_tolerance=w.pub.num.near_tolerance,
     )
     means = gp.means(centres)
     w.z[:, t] = means[Q:][inv]
@@ -216,7 +250,7 @@ def _statistic(w: _Walk, p: _Pass, t: int) -> np.ndarray:
     """2. The pre-noise point ``Q_t``: the gate mean, or BRACE's corrected point
     ``Π_{B̄(y, r)}(a_t + H_t R_t)``, ``H_t = 1{‖R_t‖² > κTr²}``."""
     plan = w.plan
-    if plan.method != "brace" or plan.release == "count" or w.never_activates:
+    if plan.method != "brace" or plan.release == "count" or w.pub.never_corrects:
         return p.a  # H_t = 0: the gate mean already lies in B̄(y, r)
     T, r = plan.steps, plan.radius
     H = p.rn * p.rn > plan.kappa * T * r * r
@@ -226,7 +260,7 @@ def _statistic(w: _Walk, p: _Pass, t: int) -> np.ndarray:
 
 def _bound(w: _Walk, p: _Pass, t: int, noisy: np.ndarray | None) -> tuple[np.ndarray, Any]:
     """3. The sensitivity ``Δ_t`` per query, and the certificate's ``G`` (smooth BRACE)."""
-    plan, num = w.plan, w.num
+    plan, num = w.plan, w.pub.num
     y = w.Y[:, t - 1]
     sig_y = num.slack(np.abs(y).max(axis=1))
     if plan.release == "count":  # public b from the noisy count (privacy-accounting §9)
@@ -235,7 +269,7 @@ def _bound(w: _Walk, p: _Pass, t: int, noisy: np.ndarray | None) -> tuple[np.nda
         return num.value(cap_units(num, sig_y)), None
     if plan.method == "naive":  # NOT DP: the scale reveals the gate count
         return 2.0 * plan.radius / np.maximum(p.m, 1), None
-    F = fixed_centre_units(p.m, w.K, num, sig_y)
+    F = fixed_centre_units(p.m, w.pub.K, num, sig_y)
     if w.clean_bound is None:
         G = F
     else:
@@ -259,18 +293,19 @@ def _bound(w: _Walk, p: _Pass, t: int, noisy: np.ndarray | None) -> tuple[np.nda
     return sens, G
 
 
-def secure_grid(plan: ReleasePlan, sens: np.ndarray) -> np.ndarray | None:
+def secure_grid(plan: ReleasePlan, sens: np.ndarray,
+                pub: StepPublics | None = None) -> np.ndarray | None:
     """The public grid of a step in secure mode (None in plain mode): from the public
     sensitivity itself (global, endpoint), from the public ``b_t`` floored at
     :func:`sensitivity_floor` (count), or from that floor alone (smooth, naive: their
-    scale depends on the data)."""
+    scale depends on the data). ``pub``: the call's :class:`StepPublics`, if known."""
     if plan.noise != "secure":
         return None
-    floor = sensitivity_floor(plan)
-    if plan.scale_is_public:
-        s = sens if plan.release != "count" else np.maximum(sens, floor)
-    else:
-        s = np.full(np.shape(sens), floor)
+    floor = sensitivity_floor(plan) if pub is None else pub.floor
+    if not plan.scale_is_public:
+        g = _floor_grid(plan) if pub is None else pub.floor_grid
+        return np.full(np.shape(sens), g)
+    s = sens if plan.release != "count" else np.maximum(sens, floor)
     return grid_unit(s * plan.noise_multiplier, plan.radius, plan.dim)
 
 
@@ -307,17 +342,13 @@ def run(memory: LSRMemory, q: np.ndarray, plan: ReleasePlan, noise: Any, *,
     """
     if plan.method == "endpoint":
         return run_endpoint(memory, q, plan, noise, return_clean=return_clean)
-    num, qscale = public_checks(plan, q)
-    brace = plan.method == "brace"
+    pub = public_checks(plan, q)
+    num = pub.num
     count = plan.release == "count"
-    never = not may_correct(plan, qscale, num)
-    K = n_terms(plan.n, plan.gamma) if brace and not count else 0
-    clean_bound = (CleanTrajectoryBound(q.shape[0], K, num, qscale)
-                   if brace and not never else None)
-    w = _Walk(q, plan, num, qscale, never, K, clean_bound,
-              track_clean=return_clean or clean_bound is not None)
+    clean_bound = (CleanTrajectoryBound(q.shape[0], pub.K, num, pub.qscale)
+                   if plan.method == "brace" and not pub.never_corrects else None)
+    w = _Walk(q, plan, pub, clean_bound, track_clean=return_clean or clean_bound is not None)
     T, r, mult = plan.steps, plan.radius, plan.noise_multiplier
-    safety = None if plan.output_projection else safety_radius(plan, num, qscale)
     grids = np.zeros((q.shape[0], T)) if (noise is not None and noise.grid) else None
     for t in range(1, T + 1):
         if history is not None:  # a caller's history: its centres are checked one by one
@@ -341,13 +372,13 @@ def run(memory: LSRMemory, q: np.ndarray, plan: ReleasePlan, noise: Any, *,
             w.diag["noise_std"][:, t - 1] = sens * mult
             w.Y[:, t] = history[:, t]
             continue
-        g = secure_grid(plan, sens)
+        g = secure_grid(plan, sens, pub)
         y, std, g = noise.gaussian(t, pre, sens, mult, g=g,   # 4. noise
                                    data_dependent=not plan.scale_is_public, anchor=q)
         w.diag["noise_std"][:, t - 1] = std
         if grids is not None:
             grids[:, t - 1] = g
-        radius = (t + 1) * r if plan.output_projection else safety
+        radius = (t + 1) * r if plan.output_projection else pub.safety
         w.Y[:, t] = _project_step(w, y, g, radius)          # 5. projection
         if progress is not None:
             progress(t, T)
@@ -377,15 +408,15 @@ def run_endpoint(memory: LSRMemory, q: np.ndarray, plan: ReleasePlan, noise: Any
                  return_clean: bool = False) -> dict[str, Any]:
     """``Y = Π_{B̄(q,(T+1)r)}(z_T + ξ)`` with std ``2T(r + σ)·multiplier`` (one release):
     the same pipeline with the clean endpoint as the statistic and a public bound."""
-    num, qscale = public_checks(plan, q)
+    pub = public_checks(plan, q)
     T, r = plan.steps, plan.radius
     clean = memory.retrieve(q, T)                                        # 1–2. z_T
     sens = endpoint_sensitivity(plan.n, r, T, q)                         # 3. bound
-    g = secure_grid(plan, sens)
+    g = secure_grid(plan, sens, pub)
     y, std, g = noise.gaussian(1, clean[:, -1], sens, plan.noise_multiplier, g=g,
                                data_dependent=False, anchor=q)           # 4. noise
-    w = _Walk(q, plan, num, qscale, True, 0, None, False)
-    radius = (T + 1) * r if plan.output_projection else safety_radius(plan, num, qscale)
+    w = _Walk(q, plan, pub, None, False)
+    radius = (T + 1) * r if plan.output_projection else pub.safety
     y = _project_step(w, y, g, radius)                                   # 5. projection
     Q = q.shape[0]
     zeros = np.zeros((Q, 1), dtype=np.int64)

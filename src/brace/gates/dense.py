@@ -100,17 +100,19 @@ def _nz2(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.divmod(flat, mask.shape[1])
 
 
-def _csr_sum(mk: np.ndarray, cnt: np.ndarray, tot: int, X64: np.ndarray) -> np.ndarray:
-    """``mk @ X64`` for a sparse 0/1 mask as a CSR product: each centre's gate rows are
-    added in float64 in row order (1·x is exact), several times faster than the dense
-    float64 GEMM below density ``_SPARSE_DENSITY`` (docs/scale.md)."""
+def csr_gate_sums(counts: np.ndarray, cols: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Each gate's sum over one row tile as a CSR product: gate ``i``'s ``counts[i]``
+    members are ``rows[cols[p_i : p_{i+1}]]`` (``p`` the running counts), in row order,
+    added in float64 from zero in that order (``1·x`` is exact). This is the canonical sum
+    of a tile (``docs/privacy-accounting.md`` §12.1), the same in the dense and KD-tree
+    passes, and the dense pass's sum of a sparse tile (several times faster than the
+    float64 GEMM below density ``_SPARSE_DENSITY``, docs/scale.md)."""
     from scipy.sparse import csr_array
 
-    ptr = np.zeros(mk.shape[0] + 1, dtype=np.int64)
-    np.cumsum(cnt, out=ptr[1:])
-    idx = np.flatnonzero(mk) % mk.shape[1]
-    A = csr_array((np.ones(tot), idx, ptr), shape=mk.shape)
-    return A @ X64
+    ptr = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    A = csr_array((np.ones(cols.size), cols, ptr), shape=(counts.size, rows.shape[0]))
+    return A @ rows
 
 
 def _row_sqnorm(Xb: np.ndarray) -> np.ndarray:
@@ -249,7 +251,8 @@ def _gate_pass(bank, bank_sqnorm, centres, radius, pairs, near_centres, near_rad
                 if X64 is None:
                     X64 = np.asarray(Xb, dtype=np.float64)
                 if canonical or tot <= _SPARSE_DENSITY * mk.size:
-                    sums[c0:c1_] += _csr_sum(mk, cnt, tot, X64)
+                    sums[c0:c1_] += csr_gate_sums(cnt, np.flatnonzero(mk) % mk.shape[1],
+                                                  X64)
                 else:
                     sums[c0:c1_] += mk.astype(np.float64) @ X64
             if near_centres is not None:

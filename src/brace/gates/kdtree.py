@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .contract import GatePass
-from .dense import _ROW_BLOCK, direct_sqdist
+from .dense import _ROW_BLOCK, csr_gate_sums, direct_sqdist
 
 _INFLATE = 1.0 + 1e-9
 _SLACK = 1e-150
@@ -135,23 +135,17 @@ def kdtree_gate_pass(
     sums = np.zeros((m, d))
     if idx.size:
         if canonical:
-            # the canonical sum (docs/privacy-accounting.md §12.1): each gate's members
-            # summed from zero in row order within each fixed row tile by the same CSR
-            # product as the dense pass, and the tiles' sums added in order — bit for bit
-            # the dense and torch passes' sums
-            from scipy.sparse import csr_array
-
-            # one stable sort by tile: each tile's pairs stay in (centre, row) order
+            # the canonical sum (docs/privacy-accounting.md §12.1): each fixed row tile's
+            # sums by the dense pass's CSR product, the tiles added in order — bit for bit
+            # the dense and torch passes' sums. One stable sort by tile: each tile's pairs
+            # stay in (centre, row) order.
             tile = idx // _ROW_BLOCK
             order = np.argsort(tile, kind="stable")
             cuts = np.flatnonzero(np.diff(tile[order])) + 1
             for sel in np.split(order, cuts):
-                o, j = owner[sel], idx[sel]
-                cols, pos = np.unique(j, return_inverse=True)
-                ptr = np.zeros(m + 1, dtype=np.int64)
-                np.cumsum(np.bincount(o, minlength=m), out=ptr[1:])
-                A = csr_array((np.ones(sel.size), pos, ptr), shape=(m, cols.size))
-                sums += A @ np.take(X, cols, axis=0).astype(np.float64, copy=False)
+                cols, pos = np.unique(idx[sel], return_inverse=True)
+                sums += csr_gate_sums(np.bincount(owner[sel], minlength=m), pos,
+                                      np.take(X, cols, axis=0).astype(np.float64, copy=False))
         else:
             rows = np.take(X, idx, axis=0).astype(np.float64, copy=False)
             starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])

@@ -104,20 +104,33 @@ def validate_torch(bank: Any) -> _BankState:
     h = BankHasher((n, d), dt)
     sq = torch.empty(n, dtype=torch.float64, device=X.device)
     bad = torch.zeros((), dtype=torch.int64, device=X.device)
-    step = row_block(d, dt.itemsize)
+    step = _validation_rows(n, d, dt.itemsize)
     lim = MAX_COORD[dt]  # as contract.count_out_of_range, on the device
     for b0 in range(0, n, step):
         Xb = X[b0 : b0 + step]
         ok = torch.isfinite(Xb) if math.isinf(lim) else Xb.abs() <= lim  # NaN: not ok
         bad += (~ok).sum()
+        del ok
         h.update(host_array(Xb))
         X64 = Xb.to(torch.float64)
-        sq[b0 : b0 + Xb.shape[0]] = (X64 * X64).sum(dim=1)
+        X64 = X64.mul_(X64) if X64 is not Xb else X64 * X64  # never write to the bank
+        sq[b0 : b0 + Xb.shape[0]] = X64.sum(dim=1)
     nbad = int(bad)
     if nbad:
         raise range_error(nbad, dt)
     return _BankState(bank, X, None, "torch", h.hexdigest(), None,
                       {"unchecked": True, "sq": sq, "dtype": dt})
+
+
+def _validation_rows(n: int, d: int, itemsize: int) -> int:
+    """Rows per validation block: its working copies (the range mask and ``|x|``, the
+    float64 squares: ``(itemsize + 10)·d`` bytes a row) stay within ``_EXTRA_SHARE`` of
+    the bank's bytes, in whole ``_ROW_BLOCK`` tiles (at least one), and within the
+    streaming block of :func:`row_block`. Each row's squared norm is the same float64
+    sum whatever the block (a reduction along the row)."""
+    per_row = (itemsize + 10) * d
+    cap = int(_EXTRA_SHARE * n * d * itemsize // per_row) // _ROW_BLOCK * _ROW_BLOCK
+    return max(1, min(row_block(d, itemsize), max(_ROW_BLOCK, cap)))
 
 
 def _digest(st: _BankState) -> str:
@@ -341,6 +354,42 @@ def _pass(torch, st, centres, radius, pairs, near_centres, near_radius, near_tol
     cap = int(_EXTRA_SHARE * bank_bytes // per_row) // _ROW_BLOCK * _ROW_BLOCK
     rows_per = min(rows_per, max(_ROW_BLOCK, cap))
     inf = torch.tensor(float("inf"), dtype=torch.float64, device=dev)
+
+    def near_part(e: Any, tband: Any, c0: int, c1_: int, Xs: Any, X64: Any) -> Any:
+        """The near distances of the chunk's near centres (appended to ``near_rows`` and
+        ``near_dist``); returns the super-block's float64 rows if it had to cast them."""
+        loc = np.flatnonzero(near_pos[c0:c1_] >= 0)
+        if loc.size == 0:
+            return X64
+        loc_t = torch.from_numpy(loc).to(dev)
+        sel_t = loc_t + c0
+        # the clean group fills whole chunks: a view, not a copy
+        sub = e[loc[0] : loc[-1] + 1] if loc[-1] - loc[0] + 1 == loc.size else e[loc_t]
+        lim = n_extra + tband[loc_t].to(torch.float64)
+        lim = lim + lim.abs() * 1e-6 + 1e-300
+        rows_, cols = torch.nonzero(sub <= lim.to(sub.dtype)[:, None], as_tuple=True)
+        if not rows_.numel():
+            return X64
+        nbd = a_c_t[sel_t[rows_]] + b_i[cols]
+        ev = sub[rows_, cols].to(torch.float64)
+        ok = ev <= n_extra + nbd
+        rows_, cols, nbd, ev = rows_[ok], cols[ok], nbd[ok], ev[ok]
+        # square roots on the host: torch's CPU sqrt is not correctly rounded
+        nbd_h, ev_h = nbd.cpu().numpy(), ev.cpu().numpy()
+        dist = np.sqrt(np.maximum(ev_h + r2, 0.0))
+        redo = (np.flatnonzero(~(dist * near_tolerance >= nbd_h)) if near_tolerance
+                else np.arange(dist.size))
+        if redo.size:
+            if X64 is None:
+                X64 = Xs.to(torch.float64)
+            rt = torch.from_numpy(redo).to(dev)
+            dist[redo] = np.sqrt(direct_sqdist_torch(
+                X64[cols[rt]], C64[sel_t[rows_[rt]]]).cpu().numpy())
+        keep = dist <= near_radius
+        near_rows.append(near_pos[sel_t[rows_].cpu().numpy()[keep]])
+        near_dist.append(dist[keep])
+        return X64
+
     for s0 in range(0, n, rows_per):
         Xs = X[s0 : s0 + rows_per]
         ns = int(Xs.shape[0])
@@ -366,13 +415,15 @@ def _pass(torch, st, centres, radius, pairs, near_centres, near_radius, near_tol
             if tdt == torch.float32:
                 tband = (tband * (1.0 + 1e-6)).to(torch.float32)
             mk = e <= 0.0
-            cand = e.abs() <= tband[:, None]
+            tb = tband[:, None]
+            cand = (e <= tb) & (e >= -tb)  # |e| <= tband, without a copy of |e|
             hc = huge_c[c0:c1_]
             if any_huge_x:
                 cand[:, huge_x] = True
             if hc.any():
                 cand[huge_c_t[c0:c1_]] = True
             ci, xi = torch.nonzero(cand, as_tuple=True)
+            del cand
             if ci.numel():
                 own = a_c_t[c0 + ci] + b_i[xi]
                 unc = ~(e[ci, xi].to(torch.float64).abs() > own)
@@ -383,42 +434,15 @@ def _pass(torch, st, centres, radius, pairs, near_centres, near_radius, near_tol
                     e[ci, xi] = (d2 - r2).to(tdt)
             if mask is not None:
                 mask[c0:c1_] = mk
+            if near_centres is not None:  # first, so that the tile e is freed before the sums
+                X64 = near_part(e, tband, c0, c1_, Xs, X64)
+            del e
             tc = _tile_counts(torch, mk)
             counts[c0:c1_] += tc.sum(dim=1)
             tot = tc.sum(dim=0).cpu().numpy()
             if tot.any() and X64 is None:
                 X64 = Xs.to(torch.float64)
             _add_sums(torch, sums[c0:c1_], mk, tc, tot, X64, tiles, canonical)
-            if near_centres is not None:
-                loc = np.flatnonzero(near_pos[c0:c1_] >= 0)
-                if loc.size == 0:
-                    continue
-                loc_t = torch.from_numpy(loc).to(dev)
-                sel_t = loc_t + c0
-                sub = e[loc_t]
-                lim = n_extra + tband[loc_t].to(torch.float64)
-                lim = lim + lim.abs() * 1e-6 + 1e-300
-                rows_, cols = torch.nonzero(sub <= lim.to(sub.dtype)[:, None], as_tuple=True)
-                if not rows_.numel():
-                    continue
-                nbd = a_c_t[sel_t[rows_]] + b_i[cols]
-                ev = sub[rows_, cols].to(torch.float64)
-                ok = ev <= n_extra + nbd
-                rows_, cols, nbd, ev = rows_[ok], cols[ok], nbd[ok], ev[ok]
-                # square roots on the host: torch's CPU sqrt is not correctly rounded
-                nbd_h, ev_h = nbd.cpu().numpy(), ev.cpu().numpy()
-                dist = np.sqrt(np.maximum(ev_h + r2, 0.0))
-                redo = (np.flatnonzero(~(dist * near_tolerance >= nbd_h)) if near_tolerance
-                        else np.arange(dist.size))
-                if redo.size:
-                    if X64 is None:
-                        X64 = Xs.to(torch.float64)
-                    rt = torch.from_numpy(redo).to(dev)
-                    dist[redo] = np.sqrt(direct_sqdist_torch(
-                        X64[cols[rt]], C64[sel_t[rows_[rt]]]).cpu().numpy())
-                keep = dist <= near_radius
-                near_rows.append(near_pos[sel_t[rows_].cpu().numpy()[keep]])
-                near_dist.append(dist[keep])
         if mask is not None:
             pair_counts += (mask[pa] & mask[pb]).sum(dim=1)
     nrow = ndist = None
@@ -429,18 +453,26 @@ def _pass(torch, st, centres, radius, pairs, near_centres, near_radius, near_tol
                     None if pair_counts is None else pair_counts.cpu().numpy(), nrow, ndist)
 
 
+_COUNT_ELEMS = 1 << 17  # mask entries per counting slice (torch's sum casts to int64)
+
+
 def _tile_counts(torch: Any, mk: Any) -> Any:
-    """``(k, B)`` members per centre and row tile of ``_ROW_BLOCK`` rows."""
+    """``(k, B)`` members per centre and row tile of ``_ROW_BLOCK`` rows, counted over
+    slices of centres: the sum's int64 cast never exceeds ``8·_COUNT_ELEMS`` bytes."""
     k, ns = mk.shape
     full = ns // _ROW_BLOCK
     m8 = mk.view(torch.uint8)
-    parts = []
-    if full:
-        parts.append(m8[:, : full * _ROW_BLOCK].view(k, full, _ROW_BLOCK).sum(
-            dim=2, dtype=torch.int64))
-    if full * _ROW_BLOCK < ns:
-        parts.append(m8[:, full * _ROW_BLOCK :].sum(dim=1, keepdim=True, dtype=torch.int64))
-    return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+    out = torch.empty((k, full + (full * _ROW_BLOCK < ns)), dtype=torch.int64,
+                      device=mk.device)
+    step = max(1, _COUNT_ELEMS // max(1, ns))
+    for a in range(0, k, step):
+        sl = m8[a : a + step]
+        if full:
+            out[a : a + step, :full] = sl[:, : full * _ROW_BLOCK].view(
+                -1, full, _ROW_BLOCK).sum(dim=2, dtype=torch.int64)
+        if full * _ROW_BLOCK < ns:
+            out[a : a + step, full] = sl[:, full * _ROW_BLOCK :].sum(dim=1, dtype=torch.int64)
+    return out
 
 
 def _add_sums(torch: Any, out: Any, mk: Any, tc: Any, tot: np.ndarray, X64: Any,
