@@ -53,3 +53,71 @@ def test_recommend_gate_defaults_to_min_32_n():
     big = PrivateMemory(X, radius=0.8, budget=(8.0, 1e-5))
     assert big.recommend(5).step_noise == big.recommend(5, gate_size=32).step_noise
     assert big.recommend(5, gate_size=200).step_noise < big.recommend(5, gate_size=1).step_noise
+
+
+# --- a memory-mapped bank whose file shrinks --------------------------------------------
+
+_TRUNCATE = r"""
+import os, sys
+import numpy as np
+import brace
+from brace.gates.contract import BankMutatedError
+path, how = sys.argv[1], sys.argv[2]
+np.save(path, np.random.default_rng(0).normal(size=(4000, 8)))
+bank = np.load(path, mmap_mode="r")
+mem = (brace.PrivateMemory(bank, radius=1.0, budget=(8.0, 1e-5)) if how == "private"
+       else brace.LSRMemory(bank, radius=1.0))
+q = np.zeros((2, 8))
+call = ((lambda: mem.retrieve(q, steps=1, epsilon=1.0, seed=0)) if how == "private"
+        else (lambda: mem.retrieve(q, steps=1)))
+call()
+os.truncate(path, os.path.getsize(path) // 2)
+for _ in range(2):
+    try:
+        call()
+    except BankMutatedError as e:
+        print("REFUSED", e)
+    else:
+        print("ANSWERED")
+"""
+
+
+@pytest.mark.parametrize("how", ["lsr", "private"])
+def test_a_truncated_memory_mapped_bank_is_refused_not_a_sigbus(tmp_path, how):
+    """Issue reproducer: a memory-mapped bank truncated after it was opened killed the
+    process with SIGBUS; the file's size is checked before each pass and block."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _TRUNCATE, str(tmp_path / "b.npy"), how],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 2 and all(s.startswith("REFUSED") for s in lines), out.stdout
+    assert "was truncated" in lines[0] and "b.npy" in lines[0]
+
+
+def test_the_block_guard_checks_the_file_between_blocks(tmp_path):
+    """The ``after_block`` callback (run between the blocks of a pass) refuses once the
+    file no longer holds every mapped row, at any offset of the array in the file."""
+    import os
+
+    from brace.gates.contract import BankMutatedError
+    from brace.gates.memmap import _mmap_release
+
+    path = tmp_path / "raw.bin"
+    np.arange(5000 * 4, dtype=np.float64).tofile(path)
+    for offset in (0, 8 * 4 * 7, 8 * 4 * 1100):  # inside and past the first 4 KiB page
+        n = (5000 * 4 * 8 - offset) // 32
+        X = np.memmap(path, dtype=np.float64, mode="r", offset=offset, shape=(n, 4))
+        guard = _mmap_release(X)
+        guard(0, 10)  # the whole file: fine
+        guard.check()
+        del X, guard
+    X = np.memmap(path, dtype=np.float64, mode="r", shape=(5000, 4))
+    guard = _mmap_release(X)
+    os.truncate(path, 5000 * 4 * 8 - 1)  # one byte short of the last row
+    with pytest.raises(BankMutatedError, match="truncated"):
+        guard(0, 10)
+    with pytest.raises(BankMutatedError, match="truncated"):
+        _mmap_release(X)
