@@ -1,0 +1,131 @@
+"""The vectorised worst-pair search (``FootprintIndex._worst``) returns exactly what the
+pairwise loop it replaced returned, on random ledgers (the loop is kept here as the
+reference), and stays an upper bound where its evaluation cap bites."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import brace.accounting.filter as flt
+from brace.accounting import GaussianStep
+from brace.accounting.filter import ROUNDING, FootprintIndex, K, event_weights
+
+
+def _loop_worst(index: FootprintIndex, cols=None, canonical: bool = False
+                ) -> tuple[np.ndarray, bool]:
+    """The pairwise loop as it was (per order, lexicographic pairs, running best), and
+    whether any column hit the evaluation cap. ``canonical``: each union summed in index
+    order (as the search now does) instead of ``W(N(a)) + W(N(b) \\ N(a))``, whose
+    rounding depended on which order asked for the pair first."""
+    m = len(index)
+    out = index.total.copy()
+    if m == 0:
+        return np.zeros(K + 1), False
+    columns = list(range(K + 1) if cols is None else cols)
+    W = index.weights[:, columns]
+    where = {c: i for i, c in enumerate(columns)}
+    capped = False
+
+    def union(a, b):
+        na, nb = index.neighbours(a), index.neighbours(b)
+        if canonical:
+            return np.where(np.isin(np.arange(m), np.union1d(na, nb))[:, None], W, 0.0).sum(axis=0)
+        mk = np.zeros(m, dtype=bool)
+        mk[na] = True
+        return W[na].sum(axis=0) + W[nb[~mk[nb]]].sum(axis=0)
+
+    for col in columns:
+        u = index.U[:, col]
+        if not np.all(np.isfinite(u)):
+            out[col] = math.inf
+            continue
+        k = min(m, flt._MAX_TOP)
+        top = np.argpartition(-u, k - 1)[:k] if k < m else np.arange(m)
+        top = top[np.argsort(-u[top], kind="stable")]
+        ut = u[top]
+        best = ut[0]
+        rest = ut[0] + (float(np.partition(u, m - k - 1)[m - k - 1]) if k < m else 0.0)
+        stop, evals = 0.0, 0
+        for a in range(k):
+            if ut[a] + ut[0] <= best:
+                break
+            for b in range(a + 1, k):
+                if ut[a] + ut[b] <= best:
+                    break
+                if evals >= flt._MAX_PAIRS:
+                    stop, capped = ut[a] + ut[min(a + 1, k - 1)], True
+                    break
+                best = max(best, float(union(int(top[a]), int(top[b]))[where[col]]))
+                evals += 1
+            if stop:
+                break
+        out[col] = min(max(best, stop, rest if k < m else 0.0), index.total[col])
+    return out * ROUNDING, capped
+
+
+def _random_index(rng, n, d, spread, events="gaussian"):
+    c = rng.uniform(-spread, spread, size=(n, d))
+    r = rng.uniform(0.3, 2.0, size=n)
+    rho = rng.uniform(0.005, 0.2, size=n)
+    w = np.stack([event_weights(GaussianStep(float(x))) for x in rho])
+    if events == "mixed":  # non-proportional columns: each order ranks footprints anew
+        w[:, :K] *= rng.uniform(0.5, 2.0, size=(n, K))
+        w[:, K] = rng.uniform(0, 1e-9, size=n) * (rng.random(n) < 0.3)
+    index = FootprintIndex(d)
+    for s in range(0, n, 7):  # incrementally, as releases arrive
+        index.add(c[s:s + 7], r[s:s + 7], w[s:s + 7])
+    return index
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_vectorised_search_equals_the_pairwise_loop(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.choice([1, 2, 3, 9, 40, 90, 200]))
+    index = _random_index(rng, n, int(rng.choice([1, 2, 5])), float(rng.choice([1, 5, 30])),
+                          events="mixed" if seed % 2 else "gaussian")
+    for cols in (None, (3, 17, 40, K), (K,)):
+        want, capped = _loop_worst(index, cols, canonical=True)
+        got = index.worst_pair(cols=cols)
+        if not capped:
+            np.testing.assert_array_equal(got, want)  # the same search, bit for bit
+            # and the loop as it was, up to the order of the unions' float sums
+            np.testing.assert_allclose(got, _loop_worst(index, cols)[0], rtol=1e-13)
+        else:  # both bound every pair; the best-first search never evaluates worse pairs
+            assert np.all(got <= index.global_weights())
+
+
+def test_equal_with_probe_footprints_and_infinite_weights():
+    rng = np.random.default_rng(5)
+    index = _random_index(rng, 30, 2, 3.0)
+    extra = [(rng.normal(size=(4, 2)), np.full(4, 0.8), index.weights[:4] * 2.0)]
+    before = index.worst_pair()
+    index_b = _random_index(np.random.default_rng(5), 30, 2, 3.0)
+    index_b.add(*extra[0])
+    np.testing.assert_array_equal(index.worst_pair(extra),
+                                  _loop_worst(index_b, canonical=True)[0])
+    np.testing.assert_array_equal(index.worst_pair(), before)  # the probe left no trace
+    w = index.weights[:1].copy()
+    w[0, 5] = math.inf
+    index.add(np.zeros((1, 2)), np.ones(1), w)
+    got, (want, _) = index.worst_pair(), _loop_worst(index, canonical=True)
+    np.testing.assert_array_equal(got, want)
+    assert got[5] == math.inf and np.all(np.isfinite(np.delete(got, 5)))
+
+
+def test_capped_search_is_still_a_bound(monkeypatch):
+    """With the evaluation cap at 2, every sampled pair of points still costs at most the
+    bound, and the bound is at most the global total."""
+    monkeypatch.setattr(flt, "_MAX_PAIRS", 2)
+    rng = np.random.default_rng(3)
+    index = _random_index(rng, 150, 2, 2.0, events="mixed")
+    bound = index.worst_pair()
+    assert np.all(bound <= index.global_weights())
+    pts = index.centres[rng.integers(0, 150, 300)] + rng.normal(size=(300, 2)) * 0.5
+    for a in range(0, 300, 2):
+        inside = [np.linalg.norm(index.centres - p, axis=1) <= index.radii
+                  for p in (pts[a], pts[a + 1])]
+        pw = index.weights[inside[0] | inside[1]].sum(axis=0)
+        assert np.all(pw <= bound + 1e-12)
