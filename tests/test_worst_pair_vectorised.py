@@ -129,3 +129,46 @@ def test_capped_search_is_still_a_bound(monkeypatch):
                   for p in (pts[a], pts[a + 1])]
         pw = index.weights[inside[0] | inside[1]].sum(axis=0)
         assert np.all(pw <= bound + 1e-12)
+
+
+@pytest.mark.parametrize("d", [2, 20])  # the KD-tree estimate and the blocked count
+def test_too_many_meeting_pairs_fall_back_to_a_bound(monkeypatch, d):
+    """Issue reproducer (affordable_epsilon on 100,000 queries died in cKDTree with a
+    MemoryError): past ``_MAX_MEETS`` meeting pairs, added balls are taken to meet every
+    footprint. The worst pair then stays between the exact search's and the total, and
+    a probe leaves the index as it was."""
+    rng = np.random.default_rng(7)
+    n = 400
+    c = rng.normal(size=(n, d))
+    r = np.full(n, 3.0)  # every ball meets nearly every other
+    w = np.stack([event_weights(GaussianStep(float(x))) for x in rng.uniform(0.01, 0.1, n)])
+    exact = FootprintIndex(d)
+    exact.add(c[:100], r[:100], w[:100])
+    exact.add(c[100:], r[100:], w[100:])
+    monkeypatch.setattr(flt, "_MAX_MEETS", 1000)
+    capped = FootprintIndex(d)
+    capped.add(c[:100], r[:100], w[:100])
+    before = capped.worst_pair()
+    probe = capped.worst_pair([(c[100:], r[100:], w[100:])])
+    np.testing.assert_array_equal(capped.worst_pair(), before)
+    capped.add(c[100:], r[100:], w[100:])
+    got = capped.worst_pair()
+    np.testing.assert_array_equal(probe, got)
+    assert np.all(got >= exact.worst_pair()) and np.all(got <= capped.global_weights())
+    assert np.all(capped.U >= exact.U * (1 - 1e-12))  # up to the sums' rounding
+
+
+def test_affordable_epsilon_on_many_queries_answers(monkeypatch):
+    """Many reserved balls that all meet: an answer (no MemoryError), at most the exact
+    search's, from the same filter a retrieve would meet."""
+    from brace import PrivateMemory
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 2))
+    q = rng.normal(size=(3000, 2))
+    pm = PrivateMemory(X, radius=1.0, budget=(8.0, 1e-5))
+    exact = pm.affordable_epsilon(q, steps=1)
+    monkeypatch.setattr(flt, "_MAX_MEETS", 10_000)
+    pm2 = PrivateMemory(X, radius=1.0, budget=(8.0, 1e-5))
+    got = pm2.affordable_epsilon(q, steps=1)
+    assert 0.0 < got <= exact * (1 + 1e-5)

@@ -57,6 +57,9 @@ _TREE_MAX_DIM = 16  # bulk neighbour queries use KD-trees up to this d, blocked 
 ROUNDING = 1.0 + 1e-9
 _MAX_PAIRS = 256  # pair unions evaluated before the search falls back to its bound
 _BATCH = 16  # pairs evaluated per column and round of the worst-pair search
+#: meeting pairs listed at most when footprints are added; beyond, the new balls are taken
+#: to meet every footprint (their U is the total: a bound, as every U must be)
+_MAX_MEETS = 1 << 23
 
 
 def event_weights(event: DpEvent) -> np.ndarray:
@@ -234,9 +237,13 @@ class FootprintIndex:
         self._cached = grow(self._cached)
 
     # ------------------------------------------------------------------------------
-    def _adjacency(self, c: np.ndarray, r: np.ndarray, upto: int) -> sparse.csr_array:
+    def _adjacency(self, c: np.ndarray, r: np.ndarray, upto: int,
+                   limit: int | None = None) -> sparse.csr_array | None:
         """``(len(c), upto)`` 0/1 CSR: which of the first ``upto`` footprints each ball
-        meets (:func:`_meets`, conservative)."""
+        meets (:func:`_meets`, conservative). None, with ``limit``, where about more than
+        ``limit`` pairs meet (estimated from every ``k/1024``-th ball before any pair is
+        listed; public footprints only) or, on the blocked path, more than ``limit·64``
+        pairs would be tested or more than ``limit`` meet."""
         m = upto
         k = c.shape[0]
         if m == 0 or k == 0:
@@ -249,8 +256,13 @@ class FootprintIndex:
 
             old_idx = np.flatnonzero(fin_old)
             reach = (float(r.max()) + float(Rr[old_idx].max())) * (1 + 1e-9) + 1e-300
-            res = cKDTree(c).sparse_distance_matrix(cKDTree(C[old_idx]), reach,
-                                                    output_type="ndarray")
+            t_old = cKDTree(C[old_idx])
+            if limit is not None:  # pairs within reach, from every s-th new ball, times s
+                s = max(1, k // 1024)
+                est = int(cKDTree(c[::s]).count_neighbors(t_old, reach)) * s
+                if est + k * (m - old_idx.size) > limit:
+                    return None
+            res = cKDTree(c).sparse_distance_matrix(t_old, reach, output_type="ndarray")
             i = res["i"].astype(np.int64)
             j = old_idx[res["j"].astype(np.int64)]
             # the tree's distance errs by a relative O(d·u): a margin of 1e-9 keeps every
@@ -267,13 +279,19 @@ class FootprintIndex:
             cols.append(zero[1])
             rows, cols = np.concatenate(rows), np.concatenate(cols)
         else:
+            if limit is not None and k * m > 64 * limit:
+                return None
             out_r, out_c = [], []
             step = max(1, (1 << 22) // max(1, m))
+            found = 0
             for s0 in range(0, k, step):
                 hit = _meets(c[s0:s0 + step], r[s0:s0 + step], C, Rr)
                 i, j = np.nonzero(hit)
                 out_r.append(i + s0)
                 out_c.append(j)
+                found += i.size
+                if limit is not None and found > limit:
+                    return None
             rows, cols = np.concatenate(out_r), np.concatenate(out_c)
         a = sparse.csr_array((np.ones(rows.size), (rows, cols)), shape=(k, m))
         a.sum_duplicates()
@@ -307,7 +325,15 @@ class FootprintIndex:
         self.total = self.total + w.sum(axis=0)
         if not local:
             return
-        a = self._adjacency(c, r, m0 + b)  # new × (old + new), itself included
+        a = self._adjacency(c, r, m0 + b, _MAX_MEETS)  # new × (old + new), itself included
+        if a is None:  # too many pairs meet to list them: every new ball is taken to meet
+            # every footprint, an upper bound of each U (the worst-pair search reads U
+            # only as a bound); neighbour lists are recomputed exactly when asked
+            self._u[m0:m0 + b] = self.total
+            self._u[:m0] += w.sum(axis=0)
+            self._nbr.clear()
+            self._cached[:] = False
+            return
         wf = np.where(np.isfinite(self._w[: m0 + b]), self._w[: m0 + b], 0.0)
         winf = ~np.isfinite(self._w[: m0 + b])
         self._u[m0:m0 + b] = a @ wf
@@ -361,8 +387,9 @@ class FootprintIndex:
         r = np.concatenate([np.asarray(e[1], dtype=np.float64).reshape(-1) for e in extras])
         w = np.concatenate([np.asarray(e[2], dtype=np.float64).reshape(-1, K + 1)
                             for e in extras])
-        a = self._adjacency(c, r, n0).tocsc()
-        touched = np.flatnonzero(np.diff(a.indptr))  # old footprints the probe meets
+        a = self._adjacency(c, r, n0, _MAX_MEETS)
+        # the old footprints the probe meets (all of them where too many pairs meet)
+        touched = np.arange(n0) if a is None else np.flatnonzero(np.diff(a.tocsc().indptr))
         saved_u = self._u[touched].copy()
         try:
             self.add(c, r, w)
