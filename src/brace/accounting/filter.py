@@ -56,7 +56,6 @@ _TREE_MAX_DIM = 16  # bulk neighbour queries use KD-trees up to this d, blocked 
 # rounding, so the reported sums bound the exact ones
 ROUNDING = 1.0 + 1e-9
 _MAX_PAIRS = 256  # pair unions evaluated before the search falls back to its bound
-_BATCH = 16  # pairs evaluated per column and round of the worst-pair search
 #: meeting pairs listed at most when footprints are added; beyond, the new balls are taken
 #: to meet every footprint (their U is the total: a bound, as every U must be)
 _MAX_MEETS = 1 << 23
@@ -406,106 +405,65 @@ class FootprintIndex:
             self._n, self.total = n0, total0
 
     def _worst(self, cols: Iterable[int] | None = None) -> np.ndarray:
-        """The worst-pair bound of :meth:`worst_pair` for the stored footprints, all
-        searched columns at once.
-
-        Per column (order) ``c``: the ``k = min(m, 64)`` footprints of largest ``U`` (the
-        *top*) and the bound ``U_a + U_b`` of each top pair; a pair costs at most its
-        union ``W(N(a) ∪ N(b))`` (≤ its bound), every pair outside the top at most
-        ``rest = U_(1) + U_(k+1)``. Best first: each round evaluates, in every column,
-        the unevaluated top pair of largest bound above the column's best union so far
-        (starting from ``U_(1)``), until no bound exceeds it. Every pair skipped then
-        costs at most the best, so the result is ``max(U_(1), max_pairs union, rest)``
-        — what the pairwise loop found, in any order — capped at the total. After
-        :data:`_MAX_PAIRS` evaluations a column stops and adds the largest bound left
-        (an upper bound of every pair not evaluated)."""
+        """The worst-pair bound of :meth:`worst_pair` for the stored footprints. Per
+        order: the ``k = min(m, 64)`` footprints of largest ``U``, their pairs in order
+        while a pair's bound ``U_a + U_b`` exceeds the best union found (a best at the
+        total ends the search: the answer is capped there), every other pair bounded by
+        ``U_(1) + U_(k+1)``; after :data:`_MAX_PAIRS` unions the rest is bounded."""
         m = self._n
+        out = self.total.copy()  # a bound for the columns not searched
         if m == 0:
             return np.zeros(K + 1)
-        out = self.total.copy()  # a bound for the columns not searched
-        columns = np.asarray(list(range(K + 1) if cols is None else cols), dtype=np.int64)
-        if columns.size == 0:
-            return out * ROUNDING
-        U = self.U[:, columns]
-        fin = np.all(np.isfinite(U), axis=0)
-        out[columns[~fin]] = math.inf
-        columns, U = columns[fin], U[:, fin]
-        C = columns.size
-        if C == 0:
-            return out * ROUNDING
-        k = min(m, _MAX_TOP)
-        if k < m:
-            top = np.argpartition(-U, k - 1, axis=0)[:k]
-            rest = np.partition(U, m - k - 1, axis=0)[m - k - 1]
-        else:
-            top = np.broadcast_to(np.arange(m)[:, None], (m, C))
-            rest = np.zeros(C)
-        ut = np.take_along_axis(U, top, axis=0)
-        order = np.argsort(-ut, axis=0, kind="stable")
-        top = np.take_along_axis(top, order, axis=0)
-        ut = np.take_along_axis(ut, order, axis=0)
-        best = ut[0].copy()
-        rest = best + rest if k < m else rest
-        total = self.total[columns]  # the answer's cap: a best at the total ends a column
-        ia, ib = np.triu_indices(k, 1)  # the top pairs
-        P = ia.size
-        bound = np.minimum(ut[ia] + ut[ib], total)  # (P, C)
-        order = np.argsort(-bound, axis=0, kind="stable")  # per column, largest first
-        sb = np.take_along_axis(bound, order, axis=0)
-        pos = np.zeros(C, dtype=np.int64)  # per column, the next pair in that order
-        cidx = np.arange(C)
-        lim = min(P, _MAX_PAIRS)
+        unions: dict[tuple[int, int], np.ndarray] = {}
+        columns = list(range(K + 1) if cols is None else cols)
         W = self.weights[:, columns]
+        where = {c: i for i, c in enumerate(columns)}
         masks: dict[int, np.ndarray] = {}
 
-        def front() -> np.ndarray:  # the largest bound of a pair not evaluated
-            if P == 0:
-                return np.full(C, -np.inf)
-            return np.where(pos < P, sb[np.minimum(pos, P - 1), cidx], -np.inf)
-
-        while True:
-            live = (front() > best) & (pos < lim)
-            if not live.any():
-                break
-            c = cidx[live]
-            pp = pos[c][:, None] + np.arange(_BATCH)
-            ok = (pp < lim) & (sb[np.minimum(pp, P - 1), c[:, None]] > best[c][:, None])
-            r, o = np.nonzero(ok)  # a prefix of each live column's order
-            col = c[r]
-            pr = order[pp[r, o], col]
-            fa, fb = top[ia[pr], col], top[ib[pr], col]
-            keys, inv = np.unique(np.minimum(fa, fb) * m + np.maximum(fa, fb),
-                                  return_inverse=True)
-            vals = self._union_weights(keys, W, masks)
-            np.maximum.at(best, col, vals[inv.reshape(-1), col])
-            pos[c] += ok.sum(axis=1)
-        # a column stopped by the cap adds the largest bound left (> its best)
-        out[columns] = np.minimum(np.maximum(np.maximum(best, front()), rest), total)
-        return out * ROUNDING
-
-    def _union_weights(self, keys: np.ndarray, W: np.ndarray,
-                       masks: dict[int, np.ndarray]) -> np.ndarray:
-        """``(len(keys), C)``: for each pair ``key = a·m + b``, the weight ``W`` of the
-        footprints meeting ``a`` or ``b``, summed in index order (a function of the pair
-        alone). ``masks`` keeps each footprint's neighbour mask for the next call."""
-        m = self._n
-
-        def mask(f: int) -> np.ndarray:
-            got = masks.get(f)
+        def union(a: int, b: int) -> np.ndarray:
+            """Weight of the footprints meeting a or b: W(N(a)) + W(N(b) \\ N(a))."""
+            key = (a, b) if a < b else (b, a)
+            got = unions.get(key)
             if got is None:
-                got = np.zeros(m, dtype=bool)
-                got[self.neighbours(f)] = True
-                masks[f] = got
+                if a not in masks:
+                    mk = np.zeros(m, dtype=bool)
+                    mk[self.neighbours(a)] = True
+                    masks[a] = mk
+                nb = self.neighbours(b)
+                only_b = nb[~masks[a][nb]]
+                got = W[self.neighbours(a)].sum(axis=0) + W[only_b].sum(axis=0)
+                unions[key] = got
             return got
 
-        a, b = np.divmod(keys, m)
-        out = np.empty((keys.size, W.shape[1]))
-        step = max(1, (1 << 22) // max(1, m * W.shape[1]))
-        for s0 in range(0, keys.size, step):
-            sel = np.stack([mask(int(x)) | mask(int(y))
-                            for x, y in zip(a[s0:s0 + step], b[s0:s0 + step], strict=True)])
-            out[s0:s0 + step] = np.where(sel[:, :, None], W[None], 0.0).sum(axis=1)
-        return out
+        for col in columns:
+            u = self.U[:, col]
+            if not np.all(np.isfinite(u)):
+                out[col] = math.inf
+                continue
+            k = min(m, _MAX_TOP)
+            top = np.argpartition(-u, k - 1)[:k] if k < m else np.arange(m)
+            top = top[np.argsort(-u[top], kind="stable")]
+            ut = u[top]
+            best = ut[0]
+            rest = ut[0] + (float(np.partition(u, m - k - 1)[m - k - 1]) if k < m else 0.0)
+            stop = 0.0
+            evals = 0
+            cap = float(self.total[col])  # the answer's cap: a best there ends the search
+            for a in range(k):
+                if ut[a] + ut[0] <= best or best >= cap:
+                    break
+                for b in range(a + 1, k):
+                    if ut[a] + ut[b] <= best or best >= cap:
+                        break
+                    if evals >= _MAX_PAIRS:  # bounds every pair not yet evaluated
+                        stop = ut[a] + ut[min(a + 1, k - 1)]
+                        break
+                    best = max(best, float(union(int(top[a]), int(top[b]))[where[col]]))
+                    evals += 1
+                if stop:
+                    break
+            out[col] = min(max(best, stop, rest if k < m else 0.0), self.total[col])
+        return out * ROUNDING
 
     def global_weights(self) -> np.ndarray:
         """The weights charged to every pair under global accounting: the total."""

@@ -1,6 +1,8 @@
-"""The vectorised worst-pair search (``FootprintIndex._worst``) returns exactly what the
-pairwise loop it replaced returned, on random ledgers (the loop is kept here as the
-reference), and stays an upper bound where its evaluation cap bites."""
+"""The worst-pair search (``FootprintIndex._worst``, its probe and its bulk fallback)
+returns exactly what the pairwise loop as it was returned, on random ledgers (the loop is
+kept here as the reference: the search now stops an order once its best reaches the
+total, and a probe keeps the stored footprints' neighbour lists), and stays an upper
+bound where too many pairs meet to list them."""
 
 from __future__ import annotations
 
@@ -14,12 +16,9 @@ from brace.accounting import GaussianStep
 from brace.accounting.filter import ROUNDING, FootprintIndex, K, event_weights
 
 
-def _loop_worst(index: FootprintIndex, cols=None, canonical: bool = False
-                ) -> tuple[np.ndarray, bool]:
-    """The pairwise loop as it was (per order, lexicographic pairs, running best), and
-    whether any column hit the evaluation cap. ``canonical``: each union summed in index
-    order (as the search now does) instead of ``W(N(a)) + W(N(b) \\ N(a))``, whose
-    rounding depended on which order asked for the pair first."""
+def _loop_worst(index: FootprintIndex, cols=None) -> tuple[np.ndarray, bool]:
+    """The pairwise loop as it was (per order, lexicographic pairs, running best, no
+    stop at the total), and whether any order hit the evaluation cap."""
     m = len(index)
     out = index.total.copy()
     if m == 0:
@@ -28,14 +27,16 @@ def _loop_worst(index: FootprintIndex, cols=None, canonical: bool = False
     W = index.weights[:, columns]
     where = {c: i for i, c in enumerate(columns)}
     capped = False
+    unions = {}
 
     def union(a, b):
-        na, nb = index.neighbours(a), index.neighbours(b)
-        if canonical:
-            return np.where(np.isin(np.arange(m), np.union1d(na, nb))[:, None], W, 0.0).sum(axis=0)
-        mk = np.zeros(m, dtype=bool)
-        mk[na] = True
-        return W[na].sum(axis=0) + W[nb[~mk[nb]]].sum(axis=0)
+        key = (a, b) if a < b else (b, a)
+        if key not in unions:
+            na, nb = index.neighbours(a), index.neighbours(b)
+            mk = np.zeros(m, dtype=bool)
+            mk[na] = True
+            unions[key] = W[na].sum(axis=0) + W[nb[~mk[nb]]].sum(axis=0)
+        return unions[key]
 
     for col in columns:
         u = index.U[:, col]
@@ -81,20 +82,14 @@ def _random_index(rng, n, d, spread, events="gaussian"):
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_vectorised_search_equals_the_pairwise_loop(seed):
+def test_search_equals_the_pairwise_loop(seed):
     rng = np.random.default_rng(seed)
     n = int(rng.choice([1, 2, 3, 9, 40, 90, 200]))
     index = _random_index(rng, n, int(rng.choice([1, 2, 5])), float(rng.choice([1, 5, 30])),
                           events="mixed" if seed % 2 else "gaussian")
     for cols in (None, (3, 17, 40, K), (K,)):
-        want, capped = _loop_worst(index, cols, canonical=True)
-        got = index.worst_pair(cols=cols)
-        if not capped:
-            np.testing.assert_array_equal(got, want)  # the same search, bit for bit
-            # and the loop as it was, up to the order of the unions' float sums
-            np.testing.assert_allclose(got, _loop_worst(index, cols)[0], rtol=1e-13)
-        else:  # both bound every pair; the best-first search never evaluates worse pairs
-            assert np.all(got <= index.global_weights())
+        want, _ = _loop_worst(index, cols)  # capped or not
+        np.testing.assert_array_equal(index.worst_pair(cols=cols), want)
 
 
 def test_equal_with_probe_footprints_and_infinite_weights():
@@ -105,12 +100,12 @@ def test_equal_with_probe_footprints_and_infinite_weights():
     index_b = _random_index(np.random.default_rng(5), 30, 2, 3.0)
     index_b.add(*extra[0])
     np.testing.assert_array_equal(index.worst_pair(extra),
-                                  _loop_worst(index_b, canonical=True)[0])
+                                  _loop_worst(index_b)[0])
     np.testing.assert_array_equal(index.worst_pair(), before)  # the probe left no trace
     w = index.weights[:1].copy()
     w[0, 5] = math.inf
     index.add(np.zeros((1, 2)), np.ones(1), w)
-    got, (want, _) = index.worst_pair(), _loop_worst(index, canonical=True)
+    got, (want, _) = index.worst_pair(), _loop_worst(index)
     np.testing.assert_array_equal(got, want)
     assert got[5] == math.inf and np.all(np.isfinite(np.delete(got, 5)))
 
@@ -172,3 +167,23 @@ def test_affordable_epsilon_on_many_queries_answers(monkeypatch):
     pm2 = PrivateMemory(X, radius=1.0, budget=(8.0, 1e-5))
     got = pm2.affordable_epsilon(q, steps=1)
     assert 0.0 < got <= exact * (1 + 1e-5)
+
+
+def test_neighbour_lists_kept_from_probes_are_exact():
+    """The lists a probe computes for stored footprints are kept without the probe's
+    balls: after many probes (and a real addition) every list, U and the worst pair
+    equal those of an index that never probed."""
+    rng = np.random.default_rng(9)
+    probed, fresh = _random_index(rng, 60, 3, 2.0), _random_index(
+        np.random.default_rng(9), 60, 3, 2.0)
+    for _ in range(6):
+        extra = [(rng.normal(size=(5, 3)), rng.uniform(0.5, 3.0, 5), probed.weights[:5])]
+        probed.worst_pair(extra)
+        probed.worst_pair(extra, cols=(2, K))
+    add = (rng.normal(size=(4, 3)), np.full(4, 1.0), probed.weights[:4])
+    for ix in (probed, fresh):
+        ix.add(*add)
+    np.testing.assert_array_equal(probed.U, fresh.U)
+    np.testing.assert_array_equal(probed.worst_pair(), fresh.worst_pair())
+    for i in range(len(fresh)):
+        np.testing.assert_array_equal(probed.neighbours(i), fresh.neighbours(i))
