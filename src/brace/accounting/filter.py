@@ -418,20 +418,20 @@ class FootprintIndex:
         columns = list(range(K + 1) if cols is None else cols)
         W = self.weights[:, columns]
         where = {c: i for i, c in enumerate(columns)}
-        masks: dict[int, np.ndarray] = {}
+        masks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
         def union(a: int, b: int) -> np.ndarray:
             """Weight of the footprints meeting a or b: W(N(a)) + W(N(b) \\ N(a))."""
             key = (a, b) if a < b else (b, a)
             got = unions.get(key)
             if got is None:
-                if a not in masks:
+                if a not in masks:  # N(a) as a mask, and W(N(a))
                     mk = np.zeros(m, dtype=bool)
                     mk[self.neighbours(a)] = True
-                    masks[a] = mk
+                    masks[a] = (mk, W[self.neighbours(a)].sum(axis=0))
+                mk, wa = masks[a]
                 nb = self.neighbours(b)
-                only_b = nb[~masks[a][nb]]
-                got = W[self.neighbours(a)].sum(axis=0) + W[only_b].sum(axis=0)
+                got = wa + W[nb[~mk[nb]]].sum(axis=0)
                 unions[key] = got
             return got
 
