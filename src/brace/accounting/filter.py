@@ -22,7 +22,9 @@
   ``i`` lies only in footprints that meet ``i``, so the pair ``(x ∈ i, x' ∈ j)`` costs at
   most the weight of the footprints meeting ``i`` or ``j``; the maximum over pairs is
   searched exactly among the most crowded footprints and bounded for the rest, and it
-  never exceeds the global total.
+  never exceeds the global total. Where more than :data:`_MAX_MEETS` pairs of balls
+  would meet (e.g. 100,000 reserved balls that all overlap), added balls are taken to
+  meet every footprint instead of listing the pairs: each ``U`` stays an upper bound.
 """
 
 from __future__ import annotations
