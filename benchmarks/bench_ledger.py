@@ -33,10 +33,16 @@ the main file is complete between calls) and the rollback journals ``DELETE`` an
 ``TRUNCATE`` (the main file is complete between calls by construction). Every connection
 of the ledger is given the mode (``docs/ledger.md``, "Copying a ledger safely").
 
-``--advice`` instead times the public questions on a 20,000-row bank (d = 8, gate ≈ 50):
-``pm.recommend(1000)`` and ``pm.affordable_epsilon(3 queries, steps=3)``, each asked
-right after a new release (the recorded spend changed) and asked again before the next
-one (the same spend), over ``--rounds`` releases; medians. Target: ≤ 50 ms.
+``--advice`` instead times the public questions on a 20,000-row bank (d = 8, gate ≈ 50,
+budget (100, 1e-5), local accounting): ``pm.recommend(1000)`` and
+``pm.affordable_epsilon(3 queries, steps=3)`` on ledgers of ``--advice-sizes`` recorded
+one-query releases (default 0, 100 and 1,000; populated as above). *Cold*: a fresh
+process imports brace, opens the ledger and asks once (median of ``--cold-runs``; the
+import is timed apart). *Warm*, in this process: the first ask on the opened ledger,
+then each asked right after a new release (the recorded spend changed) and asked again
+before the next one (the same spend), over ``--rounds`` releases; medians (after a
+release also in CPU time, which a loaded machine inflates less). Target: ≤ 50 ms after
+a release at 1,000 releases.
 
 The budget is (1e9, 1e-5), so nothing is refused (its filter orders are α ≈ 1.02–1.05;
 the admission test's cost does not depend on the orders). δ = 1e-9 per query: the
@@ -46,7 +52,7 @@ accounting.
 
     python benchmarks/bench_ledger.py [--quick] [--threads 1] [--out PATH]
     python benchmarks/bench_ledger.py --journal WAL WAL+checkpoint DELETE TRUNCATE
-    python benchmarks/bench_ledger.py --advice [--rounds 3]
+    python benchmarks/bench_ledger.py --advice [--rounds 5] [--advice-sizes 0 100 1000]
 """
 
 from __future__ import annotations
@@ -97,11 +103,11 @@ def fresh_queries(X: np.ndarray, m: int, rng: np.random.Generator) -> np.ndarray
 
 
 def populate(path: Path, X: np.ndarray, r: float, size: int, real: int, accounting: str,
-             T: int, rng: np.random.Generator) -> dict[str, Any]:
+             T: int, rng: np.random.Generator, budget: tuple = BUDGET) -> dict[str, Any]:
     """Create the ledger and record ``size`` one-query releases (``real`` of them through
     ``PrivateMemory.retrieve``, the rest appended; module docstring)."""
     t0 = time.perf_counter()
-    pm = brace.PrivateMemory(X, radius=r, budget=BUDGET, ledger=path, create=True,
+    pm = brace.PrivateMemory(X, radius=r, budget=budget, ledger=path, create=True,
                              accounting=accounting)
     real = min(real, size)
     for _ in range(real):
@@ -245,33 +251,92 @@ def journal_study(a: argparse.Namespace, X: np.ndarray, r: float, calls: int,
     return rows
 
 
-def advice_study(rounds: int, rng: np.random.Generator, workdir: Path) -> dict[str, Any]:
-    """``recommend`` and ``affordable_epsilon`` after each release and asked again."""
+ADVICE_BUDGET = (100.0, 1e-5)
+
+_COLD = """
+import json, sys, time
+BUDGET = tuple(json.loads(sys.argv[5]))
+t0 = time.perf_counter()
+import numpy as np
+import brace
+t1 = time.perf_counter()
+bank, ledger, r, which = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+pm = brace.PrivateMemory(np.load(bank), radius=r, budget=BUDGET, ledger=ledger)
+q = np.load(bank.replace("bank.npy", "q.npy"))
+t2 = time.perf_counter()
+v = (pm.recommend(1000).per_query_epsilon if which == "recommend"
+     else pm.affordable_epsilon(q, steps=3))
+t3 = time.perf_counter()
+print(json.dumps({"import_s": t1 - t0, "open_s": t2 - t1, "ask_s": t3 - t2, "answer": v}))
+"""
+
+
+def advice_study(sizes: list[int], rounds: int, cold_runs: int, rng: np.random.Generator,
+                 workdir: Path) -> dict[str, Any]:
+    """``recommend(1000)`` and ``affordable_epsilon(3 queries, T=3)`` at each ledger size
+    (module docstring): warm (this process; the first ask on the opened ledger, then
+    after each of ``rounds`` releases and asked again) and cold (``cold_runs`` fresh
+    processes each: import, open, one ask)."""
+    import json
+    import subprocess
+
     X = make_bank(20_000, 8, rng)
     pilot = fresh_queries(X, 256, rng)
     r, _ = choose_radius(X, pilot, 50 / X.shape[0])
-    pm = brace.PrivateMemory(X, radius=r, budget=(8.0, 1e-5), ledger=workdir / "a.db",
-                             create=True)
     q = fresh_queries(X, 3, rng)
-    asks = {"recommend(1000)": lambda: pm.recommend(1000).per_query_epsilon,
-            "affordable_epsilon(3 queries, T=3)": lambda: pm.affordable_epsilon(q, steps=3)}
-    times: dict[str, dict[str, list[float]]] = {k: {"after": [], "again": []} for k in asks}
-    answers = []
-    for i in range(rounds):
-        pm.retrieve(fresh_queries(X, 1, rng), steps=3, epsilon=0.5, seed=i)
+    np.save(workdir / "bank.npy", X)
+    np.save(workdir / "q.npy", q)
+    asks = {"recommend": lambda pm: pm.recommend(1000).per_query_epsilon,
+            "affordable_epsilon": lambda pm: pm.affordable_epsilon(q, steps=3)}
+    rows = []
+    for size in sizes:
+        path = workdir / f"advice-{size}.db"
+        if size:
+            populate(path, X, r, size, min(5, size), "local", 3, rng, budget=ADVICE_BUDGET)
+        else:
+            brace.PrivateMemory(X, radius=r, budget=ADVICE_BUDGET, ledger=path,
+                                create=True).close()
+        row: dict[str, Any] = {"recorded": size}
+        for name in asks:  # cold first: the warm rounds below add releases
+            runs = []
+            for _ in range(cold_runs):
+                out = subprocess.run([sys.executable, "-c", _COLD, str(workdir / "bank.npy"),
+                                      str(path), repr(r), name,
+                                      json.dumps(ADVICE_BUDGET)],
+                                     capture_output=True, text=True, check=True)
+                runs.append(json.loads(out.stdout))
+            row[f"{name}_cold_s"] = float(np.median([x["ask_s"] for x in runs]))
+            row["import_cold_s"] = float(np.median([x["import_s"] for x in runs]))
+        pm = brace.PrivateMemory(X, radius=r, budget=ADVICE_BUDGET, ledger=path)
         for name, ask in asks.items():
-            for when in ("after", "again"):
-                t0 = time.perf_counter()
-                v = ask()
-                times[name][when].append(time.perf_counter() - t0)
-            answers.append([name, i, float(v).hex()])
-    pm.close()
-    out = {"n": X.shape[0], "d": X.shape[1], "radius": r, "rounds": rounds,
-           "answers": answers, "times": times}
-    for name, t in times.items():
-        print(f"  {name}: after a release {np.median(t['after']) * 1e3:.1f} ms (median of "
-              f"{rounds}), asked again {np.median(t['again']) * 1e3:.2f} ms", flush=True)
-    return out
+            t0 = time.perf_counter()
+            row[f"{name}_answer"] = float(ask(pm))
+            row[f"{name}_first_s"] = time.perf_counter() - t0
+        times: dict[str, dict[str, list[float]]] = {
+            k: {"after": [], "again": [], "after_cpu": []} for k in asks}
+        for i in range(rounds):
+            pm.retrieve(fresh_queries(X, 1, rng), steps=3, epsilon=EPS, delta=DELTA, seed=i)
+            for name, ask in asks.items():
+                for when in ("after", "again"):
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    ask(pm)
+                    times[name][when].append(time.perf_counter() - t0)
+                    if when == "after":
+                        times[name]["after_cpu"].append(time.process_time() - c0)
+        pm.close()
+        for name in asks:
+            for when in ("after", "again", "after_cpu"):
+                row[f"{name}_{when}_s"] = float(np.median(times[name][when]))
+        rows.append(row)
+        print(f"  S={size:>5}: " + "; ".join(
+            f"{name} cold {row[f'{name}_cold_s'] * 1e3:.0f} ms, first "
+            f"{row[f'{name}_first_s'] * 1e3:.0f} ms, after a release "
+            f"{row[f'{name}_after_s'] * 1e3:.1f} ms (CPU "
+            f"{row[f'{name}_after_cpu_s'] * 1e3:.1f} ms), again "
+            f"{row[f'{name}_again_s'] * 1e3:.2f} ms" for name in asks)
+            + f"; import {row['import_cold_s'] * 1e3:.0f} ms", flush=True)
+    return {"n": X.shape[0], "d": X.shape[1], "radius": r, "budget": list(ADVICE_BUDGET),
+            "rounds": rounds, "cold_runs": cold_runs, "results": rows}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -299,7 +364,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="instead: per-call overhead for each journal mode (S = 10, global)")
     p.add_argument("--advice", action="store_true",
                    help="instead: recommend and affordable_epsilon on a 20,000-row bank")
-    p.add_argument("--rounds", type=int, default=3, help="--advice: releases asked after")
+    p.add_argument("--rounds", type=int, default=5, help="--advice: releases asked after")
+    p.add_argument("--advice-sizes", type=int, nargs="+", default=[0, 100, 1000],
+                   help="--advice: recorded releases (0 100 1000)")
+    p.add_argument("--cold-runs", type=int, default=3,
+                   help="--advice: fresh processes per question and size")
     a = p.parse_args(argv)
     sizes = a.sizes or ([10, 1000] if a.quick else [10, 10_000])
     calls = a.calls or (11 if a.quick else 31)
@@ -311,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"public questions: numpy {np.__version__}, python "
               f"{platform.python_version()}, {os.cpu_count()} CPUs")
         with tempfile.TemporaryDirectory(dir=a.dir) as tmp:
-            adv = advice_study(a.rounds, rng, Path(tmp))
+            adv = advice_study(a.advice_sizes, a.rounds, a.cold_runs, rng, Path(tmp))
         if a.out:
             write_json(a.out, {"benchmark": "bench_ledger --advice", "versions": versions(),
                                "cpus": os.cpu_count(), **adv})

@@ -231,6 +231,8 @@ class _MemoryBase:
         if st is None or st.source is not self.bank:
             st = _validate(self.bank)
             self._bank_cache = st
+        elif st.kind == "mmap" and st.release is not None:
+            st.release.check()  # a pass follows: its file must still hold every row
         return st
 
     def _verify(self, st: _BankState) -> None:
@@ -286,6 +288,8 @@ class _MemoryBase:
             return
         step = step or row_block(d, X.dtype.itemsize)
         for b0 in range(0, n, step):
+            if st.release is not None:
+                st.release.check()  # gates.memmap: the file still holds every row
             yield b0, X[b0 : b0 + step]
 
     def retrieve(self, queries: Any, steps: int) -> np.ndarray:

@@ -23,7 +23,9 @@
   ``i`` lies only in footprints that meet ``i``, so the pair ``(x ∈ i, x' ∈ j)`` costs at
   most the weight of the footprints meeting ``i`` or ``j``; the maximum over pairs is
   searched exactly among the most crowded footprints and bounded for the rest, and it
-  never exceeds the global total.
+  never exceeds the global total. Where more than :data:`_MAX_MEETS` pairs of balls
+  would meet (e.g. 100,000 reserved balls that all overlap), added balls are taken to
+  meet every footprint instead of listing the pairs: each ``U`` stays an upper bound.
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ _TREE_MAX_DIM = 16  # bulk neighbour queries use KD-trees up to this d, blocked 
 # rounding, so the reported sums bound the exact ones
 ROUNDING = 1.0 + 1e-9
 _MAX_PAIRS = 256  # pair unions evaluated before the search falls back to its bound
+#: meeting pairs listed at most when footprints are added; beyond, the new balls are taken
+#: to meet every footprint (their U is the total: a bound, as every U must be)
+_MAX_MEETS = 1 << 23
 
 
 def event_weights(event: DpEvent) -> np.ndarray:
@@ -247,9 +252,13 @@ class FootprintIndex:
         self._cached = grow(self._cached)
 
     # ------------------------------------------------------------------------------
-    def _adjacency(self, c: np.ndarray, r: np.ndarray, upto: int) -> sparse.csr_array:
+    def _adjacency(self, c: np.ndarray, r: np.ndarray, upto: int,
+                   limit: int | None = None) -> sparse.csr_array | None:
         """``(len(c), upto)`` 0/1 CSR: which of the first ``upto`` footprints each ball
-        meets (:func:`_meets`, conservative)."""
+        meets (:func:`_meets`, conservative). None, with ``limit``, where about more than
+        ``limit`` pairs meet (estimated from every ``k/1024``-th ball before any pair is
+        listed; public footprints only) or, on the blocked path, more than ``limit·64``
+        pairs would be tested or more than ``limit`` meet."""
         m = upto
         k = c.shape[0]
         if m == 0 or k == 0:
@@ -262,8 +271,13 @@ class FootprintIndex:
 
             old_idx = np.flatnonzero(fin_old)
             reach = (float(r.max()) + float(Rr[old_idx].max())) * (1 + 1e-9) + 1e-300
-            res = cKDTree(c).sparse_distance_matrix(cKDTree(C[old_idx]), reach,
-                                                    output_type="ndarray")
+            t_old = cKDTree(C[old_idx])
+            if limit is not None:  # pairs within reach, from every s-th new ball, times s
+                s = max(1, k // 1024)
+                est = int(cKDTree(c[::s]).count_neighbors(t_old, reach)) * s
+                if est + k * (m - old_idx.size) > limit:
+                    return None
+            res = cKDTree(c).sparse_distance_matrix(t_old, reach, output_type="ndarray")
             i = res["i"].astype(np.int64)
             j = old_idx[res["j"].astype(np.int64)]
             # the tree's distance errs by a relative O(d·u): a margin of 1e-9 keeps every
@@ -280,13 +294,19 @@ class FootprintIndex:
             cols.append(zero[1])
             rows, cols = np.concatenate(rows), np.concatenate(cols)
         else:
+            if limit is not None and k * m > 64 * limit:
+                return None
             out_r, out_c = [], []
             step = max(1, (1 << 22) // max(1, m))
+            found = 0
             for s0 in range(0, k, step):
                 hit = _meets(c[s0:s0 + step], r[s0:s0 + step], C, Rr)
                 i, j = np.nonzero(hit)
                 out_r.append(i + s0)
                 out_c.append(j)
+                found += i.size
+                if limit is not None and found > limit:
+                    return None
             rows, cols = np.concatenate(out_r), np.concatenate(out_c)
         a = sparse.csr_array((np.ones(rows.size), (rows, cols)), shape=(k, m))
         a.sum_duplicates()
@@ -320,7 +340,15 @@ class FootprintIndex:
         self.total = self.total + w.sum(axis=0)
         if not local:
             return
-        a = self._adjacency(c, r, m0 + b)  # new × (old + new), itself included
+        a = self._adjacency(c, r, m0 + b, _MAX_MEETS)  # new × (old + new), itself included
+        if a is None:  # too many pairs meet to list them: every new ball is taken to meet
+            # every footprint, an upper bound of each U (the worst-pair search reads U
+            # only as a bound); neighbour lists are recomputed exactly when asked
+            self._u[m0:m0 + b] = self.total
+            self._u[:m0] += w.sum(axis=0)
+            self._nbr.clear()
+            self._cached[:] = False
+            return
         wf = np.where(np.isfinite(self._w[: m0 + b]), self._w[: m0 + b], 0.0)
         winf = ~np.isfinite(self._w[: m0 + b])
         self._u[m0:m0 + b] = a @ wf
@@ -374,22 +402,30 @@ class FootprintIndex:
         r = np.concatenate([np.asarray(e[1], dtype=np.float64).reshape(-1) for e in extras])
         w = np.concatenate([np.asarray(e[2], dtype=np.float64).reshape(-1, K + 1)
                             for e in extras])
-        a = self._adjacency(c, r, n0).tocsc()
-        touched = np.flatnonzero(np.diff(a.indptr))  # old footprints the probe meets
+        a = self._adjacency(c, r, n0, _MAX_MEETS)
+        # the old footprints the probe meets (all of them where too many pairs meet)
+        touched = np.arange(n0) if a is None else np.flatnonzero(np.diff(a.tocsc().indptr))
         saved_u = self._u[touched].copy()
-        saved_nbr = dict(self._nbr)
         try:
             self.add(c, r, w)
             return self._worst(cols)
-        finally:  # exactly the state before (lists computed meanwhile hold probe balls)
+        finally:  # the state before; the stored footprints' neighbour lists computed
+            # meanwhile are kept without the probe balls (sorted lists: theirs are the
+            # indices >= n0), as each pair's meeting is decided on its own (_meets)
             self._u[touched] = saved_u
             self._cached[: self._n] = False
-            self._nbr = saved_nbr
-            if saved_nbr:
-                self._cached[np.fromiter(saved_nbr, dtype=np.int64)] = True
+            self._nbr = {i: v[: np.searchsorted(v, n0)] for i, v in self._nbr.items()
+                         if i < n0}
+            if self._nbr:
+                self._cached[np.fromiter(self._nbr, dtype=np.int64)] = True
             self._n, self.total = n0, total0
 
     def _worst(self, cols: Iterable[int] | None = None) -> np.ndarray:
+        """The worst-pair bound of :meth:`worst_pair` for the stored footprints. Per
+        order: the ``k = min(m, 64)`` footprints of largest ``U``, their pairs in order
+        while a pair's bound ``U_a + U_b`` exceeds the best union found (a best at the
+        total ends the search: the answer is capped there), every other pair bounded by
+        ``U_(1) + U_(k+1)``; after :data:`_MAX_PAIRS` unions the rest is bounded."""
         m = self._n
         out = self.total.copy()  # a bound for the columns not searched
         if m == 0:
@@ -398,20 +434,20 @@ class FootprintIndex:
         columns = list(range(K + 1) if cols is None else cols)
         W = self.weights[:, columns]
         where = {c: i for i, c in enumerate(columns)}
-        masks: dict[int, np.ndarray] = {}
+        masks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
         def union(a: int, b: int) -> np.ndarray:
             """Weight of the footprints meeting a or b: W(N(a)) + W(N(b) \\ N(a))."""
             key = (a, b) if a < b else (b, a)
             got = unions.get(key)
             if got is None:
-                if a not in masks:
+                if a not in masks:  # N(a) as a mask, and W(N(a))
                     mk = np.zeros(m, dtype=bool)
                     mk[self.neighbours(a)] = True
-                    masks[a] = mk
+                    masks[a] = (mk, W[self.neighbours(a)].sum(axis=0))
+                mk, wa = masks[a]
                 nb = self.neighbours(b)
-                only_b = nb[~masks[a][nb]]
-                got = W[self.neighbours(a)].sum(axis=0) + W[only_b].sum(axis=0)
+                got = wa + W[nb[~mk[nb]]].sum(axis=0)
                 unions[key] = got
             return got
 
@@ -428,11 +464,12 @@ class FootprintIndex:
             rest = ut[0] + (float(np.partition(u, m - k - 1)[m - k - 1]) if k < m else 0.0)
             stop = 0.0
             evals = 0
+            cap = float(self.total[col])  # the answer's cap: a best there ends the search
             for a in range(k):
-                if ut[a] + ut[0] <= best:
+                if ut[a] + ut[0] <= best or best >= cap:
                     break
                 for b in range(a + 1, k):
-                    if ut[a] + ut[b] <= best:
+                    if ut[a] + ut[b] <= best or best >= cap:
                         break
                     if evals >= _MAX_PAIRS:  # bounds every pair not yet evaluated
                         stop = ut[a] + ut[min(a + 1, k - 1)]

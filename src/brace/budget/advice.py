@@ -14,8 +14,8 @@ import numpy as np
 
 from .._validation import (
     check_bool,
-    check_epsilon,
     check_int_at_least,
+    check_positive,
     check_privacy_delta,
     check_queries,
     check_steps,
@@ -23,6 +23,7 @@ from .._validation import (
 from ..ledger.state import weights
 from ..mechanisms import PRIVATE_METHODS
 from ..plan import plan_release
+from ..secure import check_noise
 from .admission import _PLAN_KW, QUERY_DELTA_SHARE, _largest_fitting
 
 #: answers kept per PrivateMemory (each for the recorded spend it was computed from)
@@ -132,10 +133,21 @@ class Advice:
             raise ValueError(f"method must be one of {PRIVATE_METHODS}; got {method!r}.")
         q, _ = check_queries(queries, self._dim, name="queries")
         T = check_steps(steps)
+        noise = check_noise(noise)
         dlt = self._budget[1] * QUERY_DELTA_SHARE if delta is None else check_privacy_delta(delta)
         plan_kw = {k: kw.pop(k) for k in _PLAN_KW if k in kw}
         if kw:
             raise TypeError(f"affordable_epsilon got unexpected keywords {sorted(kw)}.")
+
+        def search(was: float | None) -> float:
+            got = _largest_fitting(usage, 1e-5, 1e4, hint=was or None)
+            if got == 0.0 and _plan(self._memory, method, 1e4, dlt, T, q.shape[0], noise,
+                                    plan_kw) is None:
+                # not even the largest ε can be planned: the arguments are at fault (a
+                # count release that a tiny ε cannot plan still plans at the top)
+                plan_release(self._memory, method=method, epsilon=1e4, delta=dlt, steps=T,
+                             queries=q.shape[0], noise=noise, **plan_kw)
+            return got
 
         def usage(eps: float) -> float:
             plan = _plan(self._memory, method, eps, dlt, T, q.shape[0], noise, plan_kw)
@@ -148,11 +160,10 @@ class Advice:
                T, dlt, method, noise, repr(sorted(plan_kw.items())))
         with self._locked():
             self._sync_outside()
-            return self._answer(key, lambda was: _largest_fitting(usage, 1e-5, 1e4,
-                                                                  hint=was or None))
+            return self._answer(key, search)
 
     def recommend(self, queries: int, *, steps: int = 1, public_seeds: bool = True,
-                  gate_size: float = RECOMMEND_GATE, public_rows: int | None = None
+                  gate_size: float | None = None, public_rows: int | None = None
                   ) -> Recommendation:
         """Per-query retrieval, a synopsis (seeded with public data or not) or no release,
         for a workload of ``queries`` queries of ``steps`` steps from what remains of the
@@ -161,7 +172,8 @@ class Advice:
 
         1. Each of the queries could spend ``ε_q`` (all at one place: the global price),
            which buys ``ρ`` per step. A released step of a gate of ``m = gate_size``
-           memories (default 32) carries noise of norm about ``sqrt(d)·(2r/m)/sqrt(2ρ)``;
+           memories (in ``[1, n]``: a gate holds at most the bank; default
+           ``min(32, n)``) carries noise of norm about ``sqrt(d)·(2r/m)/sqrt(2ρ)``;
            per-query retrieval is advised when that is at most
            :data:`RETRIEVE_MAX_NOISE` ``· r`` (the answer is mostly signal).
         2. Otherwise a synopsis, whose cost does not grow with the number of queries. A
@@ -190,7 +202,14 @@ class Advice:
 
         Q = check_int_at_least("queries", queries, 1)
         T = check_steps(steps)
-        m = check_epsilon(gate_size, "gate_size")
+        n = int(self._fingerprint["shape"][0])
+        if gate_size is None:
+            m = min(RECOMMEND_GATE, float(n))
+        else:
+            m = check_positive("gate_size", gate_size)
+            if not 1.0 <= m <= n:
+                raise ValueError(f"gate_size must be in [1, n] = [1, {n}] (a gate holds at "
+                                 f"most the bank's {n} memories); got {gate_size!r}.")
         public_seeds = check_bool("public_seeds", public_seeds)
         if public_rows is not None:
             public_rows = check_int_at_least("public_rows", public_rows, 0)
@@ -220,7 +239,6 @@ class Advice:
                                              lambda was: search(self._worst(()), was))
         noise = (math.sqrt(self._dim) * 2.0 / m / math.sqrt(2.0 * rho)) if rho > 0 \
             else math.inf
-        n = int(self._fingerprint["shape"][0])
         cells = (n / SeedingPlan.make(rho_s, n, self._dim).m_star) if rho_s > 0 else 0.0
         project = None
         if rho_s > 0 and 2 <= self._dim <= MAX_DIM:  # a private subspace first (§15.1)
