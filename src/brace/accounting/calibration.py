@@ -15,7 +15,6 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy.optimize import brentq
 
 from .._validation import (
     check_delta,
@@ -113,6 +112,8 @@ def _largest_feasible_log(g: Any, lo: float, hi: float, rtol: float = _RHO_RTOL)
         return min(g(t), 1e300)
 
     tol = rtol / 4.0
+    from scipy.optimize import brentq  # lazy: scipy.optimize is most of brace's import
+
     t = brentq(capped, a, b, xtol=tol, rtol=4.0 * np.finfo(float).eps, maxiter=200)
     step = tol
     while t > a and not g(t) <= 0.0:

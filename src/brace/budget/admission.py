@@ -11,7 +11,6 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy.optimize import brentq
 
 from .. import accounting as acc_events
 from ..accounting import eps_from_rho_delta
@@ -269,6 +268,8 @@ def _largest_fitting(usage: Any, lo: float, hi: float, rel: float = 1e-5,
     polish = exact and hint is None  # log usage is nearly linear in log x: cheap
     rtol = 4.0 * np.finfo(float).eps if polish else 1e-12
     xtol = 1e-14 if polish else xtol
+    from scipy.optimize import brentq  # lazy (as in accounting.calibration)
+
     t = brentq(g, a, b, xtol=xtol, rtol=rtol, maxiter=200)
     t = min(t, b)
     step = 2.0 * (xtol + rtol * abs(t)) if polish else rel
