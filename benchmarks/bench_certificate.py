@@ -66,18 +66,19 @@ reported too: an ideal mechanism may choose another public γ.
 
 from __future__ import annotations
 
-import argparse
+import os
 import sys
 import time
 
-import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _bench  # noqa: E402
+import numpy as np  # noqa: E402
 
-from brace import LSRMemory, certificate
-from brace._io import write_json
-from brace.datasets import PAPER_MIXTURE, sample_mixture
-from brace.experiments.synthetic import SyntheticConfig, _queries
-from brace.policy import choose_gamma
-from brace.steps import _project
+from brace import LSRMemory, certificate  # noqa: E402
+from brace.datasets import PAPER_MIXTURE, sample_mixture  # noqa: E402
+from brace.experiments.synthetic import SyntheticConfig, _queries  # noqa: E402
+from brace.policy import choose_gamma  # noqa: E402
+from brace.steps import _project  # noqa: E402
 
 R, T, EPS, DELTA = 0.8, 5, 128.0, 1e-5
 
@@ -205,11 +206,9 @@ def _print_all_steps(out):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true")
+    p = _bench.parser(__doc__, threads=False)
     p.add_argument("--queries", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", metavar="PATH")
     p.add_argument("--lower-bound", action="store_true",
                    help="the step-2 floor under every valid certificate (n = 256)")
     p.add_argument("--all-steps", action="store_true",
@@ -223,8 +222,8 @@ def main(argv=None):
                         a.seed)
         out["seconds"] = time.perf_counter() - t0
         _print_all_steps(out)
-        if a.json:
-            write_json(a.json, out)
+        _bench.save_json(a.json, {"benchmark": "bench_certificate --lower-bound --all-steps",
+                                  **_bench.environment(), **out})
         return 0
     if a.lower_bound:
         gamma = choose_gamma(EPS, DELTA, T, dim=2)
@@ -238,8 +237,8 @@ def main(argv=None):
               f"{np.median([r['dbar_kappa0'] / r['floor'] for r in rows]):.2f}, "
               f"floor/Dbar(kappa=inf) "
               f"{np.median([r['floor'] / r['dbar_kappa_inf'] for r in rows]):.2f}")
-        if a.json:
-            write_json(a.json, {"gamma": gamma, "rows": rows})
+        _bench.save_json(a.json, {"benchmark": "bench_certificate --lower-bound",
+                                  **_bench.environment(), "gamma": gamma, "rows": rows})
         return 0
     ns = (40, 256) if a.quick else (40, 256, 2048)
     nq = a.queries or (4 if a.quick else 20)
@@ -262,8 +261,8 @@ def main(argv=None):
         rows.append({"n": n, "median_per_step": med.tolist(), "median_steps_ge_2": med2,
                      "median_growth_G0": growth.tolist(),
                      "ratios": ratios.tolist(), "seconds": dt})
-    if a.json:
-        write_json(a.json, {"gamma": gamma, "queries": nq, "rows": rows})
+    _bench.save_json(a.json, {"benchmark": "bench_certificate", **_bench.environment(),
+                              "gamma": gamma, "queries": nq, "rows": rows})
     return 0
 
 

@@ -53,13 +53,11 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import datetime as _dt
 import gc
 import hashlib
 import io
 import math
 import os
-import platform
 import pstats
 import sys
 import tempfile
@@ -68,32 +66,21 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_retrieve import _apply_thread_limit, choose_radius, threads_info  # noqa: E402
+import _bench  # noqa: E402
+from _bench import choose_radius, threads_info  # noqa: E402
 
 if __name__ == "__main__":
-    _apply_thread_limit(sys.argv[1:])
+    _bench.limit_threads(sys.argv[1:])
 
 import numpy as np  # noqa: E402
 
 import brace  # noqa: E402
-from brace._io import write_json  # noqa: E402
-from brace._meta import versions  # noqa: E402
 from brace.footprints import footprints  # noqa: E402
 from brace.ledger import Ledger  # noqa: E402
 from brace.ledger import sqlite as ledger_module  # noqa: E402
 from brace.plan import plan_release  # noqa: E402
 
 EPS, DELTA, BUDGET = 1.0, 1e-9, (1e9, 1e-5)
-
-
-def make_bank(n: int, d: int, rng: np.random.Generator, components: int = 16) -> np.ndarray:
-    centres = rng.normal(scale=4.0, size=(components, d))
-    return centres[rng.integers(0, components, size=n)] + rng.normal(size=(n, d))
-
-
-def fresh_queries(X: np.ndarray, m: int, rng: np.random.Generator) -> np.ndarray:
-    """``m`` random bank rows plus N(0, 0.5² I): distinct bit for bit (no free repeats)."""
-    return X[rng.integers(0, X.shape[0], size=m)] + 0.5 * rng.normal(size=(m, X.shape[1]))
 
 
 def populate(path: Path, X: np.ndarray, r: float, size: int, real: int, accounting: str,
@@ -105,7 +92,7 @@ def populate(path: Path, X: np.ndarray, r: float, size: int, real: int, accounti
                              accounting=accounting)
     real = min(real, size)
     for _ in range(real):
-        pm.retrieve(fresh_queries(X, 1, rng), steps=T, epsilon=EPS, delta=DELTA,
+        pm.retrieve(_bench.near_rows(X, 1, rng), steps=T, epsilon=EPS, delta=DELTA,
                     seed=rng.integers(2**63))
     template = dict(pm.releases[0])  # each row appended below is a release of its own,
     template["params"] = {k: v for k, v in template["params"].items()  # no completion
@@ -119,7 +106,7 @@ def populate(path: Path, X: np.ndarray, r: float, size: int, real: int, accounti
     batch = 100
     while left > 0:
         m = min(batch, left)
-        q = fresh_queries(X, m, rng)
+        q = _bench.near_rows(X, m, rng)
         res = brace.private_retrieve(mem, q, method="brace", epsilon=EPS, delta=DELTA,
                                      steps=T, seed=rng.integers(2**63))
         if res.params["release"] != template["release"]:
@@ -153,12 +140,12 @@ def measure(X: np.ndarray, r: float, size: int, accounting: str, T: int, calls: 
         raise RuntimeError(f"ledger holds {len(pm.releases)} releases, expected {size}")
     spent0 = pm.spent
     mem = brace.LSRMemory(X, radius=r)
-    q0 = fresh_queries(X, 1, rng)  # warm-up of both paths (plan caches, first pass)
+    q0 = _bench.near_rows(X, 1, rng)  # warm-up of both paths (plan caches, first pass)
     brace.private_retrieve(mem, q0, method="brace", epsilon=EPS, delta=DELTA, steps=T, seed=0)
     pm.retrieve(q0, steps=T, epsilon=EPS, delta=DELTA, seed=0)
     t_pm, t_pr = [], []
     for i in range(calls):
-        q = fresh_queries(X, 1, rng)
+        q = _bench.near_rows(X, 1, rng)
         seed = int(rng.integers(2**63))
         order = (0, 1) if i % 2 == 0 else (1, 0)
         for which in order:
@@ -188,7 +175,7 @@ def measure(X: np.ndarray, r: float, size: int, accounting: str, T: int, calls: 
         gc.collect()
         with p_call:
             for _ in range(5):
-                pm.retrieve(fresh_queries(X, 1, rng), steps=T, epsilon=EPS, delta=DELTA,
+                pm.retrieve(_bench.near_rows(X, 1, rng), steps=T, epsilon=EPS, delta=DELTA,
                             seed=int(rng.integers(2**63)))
         for what, prof in (("open", p_open), ("5 retrieve calls", p_call)):
             buf = io.StringIO()
@@ -247,18 +234,18 @@ def journal_study(a: argparse.Namespace, X: np.ndarray, r: float, calls: int,
 
 def advice_study(rounds: int, rng: np.random.Generator, workdir: Path) -> dict[str, Any]:
     """``recommend`` and ``affordable_epsilon`` after each release and asked again."""
-    X = make_bank(20_000, 8, rng)
-    pilot = fresh_queries(X, 256, rng)
+    X = _bench.mixture_bank(20_000, 8, rng)
+    pilot = _bench.near_rows(X, 256, rng)
     r, _ = choose_radius(X, pilot, 50 / X.shape[0])
     pm = brace.PrivateMemory(X, radius=r, budget=(8.0, 1e-5), ledger=workdir / "a.db",
                              create=True)
-    q = fresh_queries(X, 3, rng)
+    q = _bench.near_rows(X, 3, rng)
     asks = {"recommend(1000)": lambda: pm.recommend(1000).per_query_epsilon,
             "affordable_epsilon(3 queries, T=3)": lambda: pm.affordable_epsilon(q, steps=3)}
     times: dict[str, dict[str, list[float]]] = {k: {"after": [], "again": []} for k in asks}
     answers = []
     for i in range(rounds):
-        pm.retrieve(fresh_queries(X, 1, rng), steps=3, epsilon=0.5, seed=i)
+        pm.retrieve(_bench.near_rows(X, 1, rng), steps=3, epsilon=0.5, seed=i)
         for name, ask in asks.items():
             for when in ("after", "again"):
                 t0 = time.perf_counter()
@@ -275,8 +262,7 @@ def advice_study(rounds: int, rng: np.random.Generator, workdir: Path) -> dict[s
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="sizes 10 and 1,000, 11 calls")
+    p = _bench.parser(__doc__, quick="sizes 10 and 1,000, 11 calls")
     p.add_argument("--sizes", type=int, nargs="+", help="recorded releases (10 10000)")
     p.add_argument("--accountings", nargs="+", default=["local", "global"],
                    choices=["local", "global"])
@@ -288,12 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--real", type=int, default=5, help="releases recorded by retrieve")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dir", help="directory for the ledgers (default: a temporary one)")
-    p.add_argument("--out", metavar="PATH", help="write the results as JSON")
     p.add_argument("--profile", action="store_true",
                    help="at the largest size, after the timings: cProfile a second open "
                    "and 5 more calls")
-    p.add_argument("--threads", type=int, default=None,
-                   help="BLAS/OpenMP threads (set before numpy loads)")
     p.add_argument("--journal", nargs="+", metavar="MODE",
                    choices=["WAL", "WAL+checkpoint", "DELETE", "TRUNCATE", "PERSIST"],
                    help="instead: per-call overhead for each journal mode (S = 10, global)")
@@ -308,33 +291,30 @@ def main(argv: list[str] | None = None) -> int:
 
     rng = np.random.default_rng(a.seed)
     if a.advice:
-        print(f"public questions: numpy {np.__version__}, python "
-              f"{platform.python_version()}, {os.cpu_count()} CPUs")
+        print(f"public questions: numpy {np.__version__}, python {sys.version.split()[0]}, "
+              f"{os.cpu_count()} CPUs")
         with tempfile.TemporaryDirectory(dir=a.dir) as tmp:
             adv = advice_study(a.rounds, rng, Path(tmp))
-        if a.out:
-            write_json(a.out, {"benchmark": "bench_ledger --advice", "versions": versions(),
-                               "cpus": os.cpu_count(), **adv})
+        _bench.save_json(a.json, {"benchmark": "bench_ledger --advice",
+                                  **_bench.environment(), **adv})
         return 0
-    X = make_bank(a.n, a.d, rng)
-    pilot = fresh_queries(X, 256, rng)
-    r, _ = choose_radius(X, pilot, a.gate / a.n)
-    g = brace.LSRMemory(X, radius=r).gate(pilot, counts=True)
-    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    X = _bench.mixture_bank(a.n, a.d, rng)
+    pilot = _bench.near_rows(X, 256, rng)
+    r, gate = _bench.pilot_radius(X, pilot, a.gate)
+    started = _bench.now()
     print(f"ledger overhead: n={a.n}, d={a.d}, T={a.steps}, r={r:.4g} (median gate "
-          f"{np.median(g):.0f}), eps={EPS:g}, delta={DELTA:g} per query, budget {BUDGET}, "
-          f"{calls} calls per cell; numpy {np.__version__}, python "
-          f"{platform.python_version()}, {os.cpu_count()} CPUs, threads: {threads_info()}")
+          f"{gate:.0f}), eps={EPS:g}, delta={DELTA:g} per query, budget {BUDGET}, "
+          f"{calls} calls per cell; numpy {np.__version__}, python {sys.version.split()[0]}, "
+          f"{os.cpu_count()} CPUs, "
+          f"threads: {threads_info()}")
     rows = []
     if a.journal:
         with tempfile.TemporaryDirectory(dir=a.dir) as tmp:
             for mode in a.journal:
                 (Path(tmp) / mode.replace("+", "_")).mkdir()
             rows = journal_study(a, X, r, calls, rng, Path(tmp))
-        if a.out:
-            write_json(a.out, {"benchmark": "bench_ledger --journal", "started": started,
-                               "versions": versions(), "cpus": os.cpu_count(),
-                               "results": rows})
+        _bench.save_json(a.json, {"benchmark": "bench_ledger --journal", "started": started,
+                                  **_bench.environment(), "results": rows})
         return 0
     with tempfile.TemporaryDirectory(dir=a.dir) as tmp:
         for acc in a.accountings:
@@ -358,19 +338,16 @@ def main(argv: list[str] | None = None) -> int:
                          "open_ratio": hi["open_s"] / lo["open_s"], "met": ratio <= 2.0}
         print(f"{acc}: overhead at {hi['recorded']} / at {lo['recorded']} = {ratio:.2f} "
               f"(target <= 2: {'met' if ratio <= 2.0 else 'NOT met'})")
-    if a.out:
-        write_json(a.out, {
-            "benchmark": "bench_ledger",
-            "started": started,
-            "settings": {"n": a.n, "d": a.d, "steps": a.steps, "radius": r,
-                         "median_gate": float(np.median(g)), "epsilon": EPS,
-                         "delta": DELTA, "budget": list(BUDGET), "calls": calls,
-                         "real": a.real, "sizes": sizes, "seed": a.seed,
-                         "quick": a.quick, "method": "brace (default release)"},
-            "versions": versions(), "cpus": os.cpu_count(), "threads": threads_info(),
-            "results": rows, "target": verdicts,
-        })
-        print(f"wrote {a.out}")
+    _bench.save_json(a.json, {
+        "benchmark": "bench_ledger",
+        "started": started,
+        "settings": {"n": a.n, "d": a.d, "steps": a.steps, "radius": r,
+                     "median_gate": gate, "epsilon": EPS,
+                     "delta": DELTA, "budget": list(BUDGET), "calls": calls,
+                     "real": a.real, "sizes": sizes, "seed": a.seed,
+                     "quick": a.quick, "method": "brace (default release)"},
+        **_bench.environment(), "results": rows, "target": verdicts,
+    })
     return 0
 
 
