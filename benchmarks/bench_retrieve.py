@@ -190,23 +190,10 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(bench_config(n, d, Q, T, rep, a.frac, a.seed, budget))
             print(f"  done n={n} d={d}: {rows[-1]['time_s']:.4f} s", file=sys.stderr, flush=True)
     print_table(rows)
-    _bench.save_json(
-        a.json,
-        {
-            "benchmark": "bench_retrieve",
-            "settings": {
-                "Q": Q,
-                "T": T,
-                "repeats": rep,
-                "frac": a.frac,
-                "seed": a.seed,
-                "baseline_budget_s": budget,
-                "quick": a.quick,
-            },
-            **_bench.environment(),
-            "results": rows,
-        },
-    )
+    settings = {"Q": Q, "T": T, "repeats": rep, "frac": a.frac, "seed": a.seed,
+                "baseline_budget_s": budget, "quick": a.quick}
+    _bench.save_json(a.json, {"benchmark": "bench_retrieve", "settings": settings,
+                              **_bench.environment(), "results": rows})
     return 0 if all(row["agrees_with_loop"] for row in rows) else 1
 
 

@@ -53,6 +53,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -345,14 +346,9 @@ def verify(load: Load, ledger: str, budget: float) -> dict[str, Any]:
             db.arrays(r["release_id"])[0], r["outputs"]))
     finally:
         db.close()
-    statuses: dict[str, int] = {}
-    for r in load.records:
-        statuses[str(r["kind"])] = statuses.get(str(r["kind"]), 0) + 1
-    errors: dict[str, int] = {}
-    for r in load.records:
-        if r["kind"] not in (200, 409):
-            key = f"{r['kind']}:{r.get('error')}"
-            errors[key] = errors.get(key, 0) + 1
+    statuses = dict(Counter(str(r["kind"]) for r in load.records))
+    errors = dict(Counter(f"{r['kind']}:{r.get('error')}" for r in load.records
+                          if r["kind"] not in (200, 409)))
     return {
         "ok_200": len(ok), "distinct_ids": len(set(ids)), "repeats": sum(r["repeat"]
                                                                          for r in ok),
