@@ -199,82 +199,65 @@ def latency(seconds: Sequence[float], ps: Sequence[float] = (50, 99)) -> dict[st
 # ------------------------------------------------------------------ memory probes
 
 
-class _Peak:
-    """The peak of a sampled byte count while the context is open, and ``extra``: the
-    peak above the level at entry (None where the count cannot be read)."""
+class Peak:
+    """The peak of ``read()`` (bytes), sampled every ``interval`` s while the context is
+    open, and ``extra``: the peak above the level at entry (None if ``read`` is None)."""
 
-    def __init__(self, interval: float) -> None:
-        self.interval = interval
+    def __init__(self, read: Callable[[], int] | None, interval: float) -> None:
+        self.read, self.interval = read, interval
         self.base = self.peak = 0
         self.extra: int | None = None
 
-    def _open(self) -> bool:
-        return True
-
-    def _now(self) -> int:
-        raise NotImplementedError
-
-    def __enter__(self) -> Any:
-        if not self._open():
-            return self
-        self.base = self.peak = self._now()
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-        self._t.start()
+    def __enter__(self) -> Peak:
+        if self.read is not None:
+            self.base = self.peak = self.read()
+            self._stop = threading.Event()
+            self._t = threading.Thread(target=self._run, daemon=True)
+            self._t.start()
         return self
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, self._now())
+            self.peak = max(self.peak, self.read())
             time.sleep(self.interval)
 
     def __exit__(self, *exc: Any) -> None:
-        if not hasattr(self, "_t"):
-            return
-        self._stop.set()
-        self._t.join()
-        self.peak = max(self.peak, self._now())
-        self.extra = self.peak - self.base
+        if self.read is not None:
+            self._stop.set()
+            self._t.join()
+            self.peak = max(self.peak, self.read())
+            self.extra = self.peak - self.base
 
 
-class PeakRSS(_Peak):
-    """Peak resident set size of this process (psutil), sampled every ``interval`` s."""
+def peak_rss(interval: float = 0.01) -> Peak:
+    """Peak resident set size of this process (psutil)."""
+    import psutil
 
-    def __init__(self, interval: float = 0.01) -> None:
-        super().__init__(interval)
-        import psutil
-
-        self._p = psutil.Process()
-
-    def _now(self) -> int:
-        return int(self._p.memory_info().rss)
+    proc = psutil.Process()
+    return Peak(lambda: int(proc.memory_info().rss), interval)
 
 
-class PeakHeap(_Peak):
-    """Peak in-use heap bytes (glibc ``mallinfo2``: ``uordblks + hblkhd``), sampled every
-    ``interval`` s; ``extra`` stays None where ``mallinfo2`` is not available."""
+def peak_heap(interval: float = 0.0002) -> Peak:
+    """Peak in-use heap bytes (glibc ``mallinfo2``: ``uordblks + hblkhd``; numpy's and
+    torch's CPU allocations); ``extra`` stays None where ``mallinfo2`` is missing."""
+    import ctypes
 
-    def __init__(self, interval: float = 0.0002) -> None:
-        super().__init__(interval)
+    class _MallInfo2(ctypes.Structure):
+        _fields_ = [(f, ctypes.c_size_t) for f in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+            "uordblks", "fordblks", "keepcost")]
 
-    def _open(self) -> bool:
-        import ctypes
+    try:
+        fn = ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        return Peak(None, interval)
+    fn.restype = _MallInfo2
 
-        class _MallInfo2(ctypes.Structure):
-            _fields_ = [(f, ctypes.c_size_t) for f in (
-                "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
-                "uordblks", "fordblks", "keepcost")]
-
-        try:
-            self._fn = ctypes.CDLL("libc.so.6").mallinfo2
-        except (OSError, AttributeError):
-            return False
-        self._fn.restype = _MallInfo2
-        return True
-
-    def _now(self) -> int:
-        m = self._fn()
+    def read() -> int:
+        m = fn()
         return int(m.uordblks + m.hblkhd)
+
+    return Peak(read, interval)
 
 
 # ------------------------------------------------------------------ banks and queries

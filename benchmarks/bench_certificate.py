@@ -432,16 +432,10 @@ def verify(X, q, z, rec, k, gamma):
     closed form. Returns the certificate's value and ``z_t`` of both banks."""
     t = rec["t"]
     B, Bp = _banks_of(X, rec, k)
-    assert int(np.sum(np.any(B != X, axis=1))) <= k
-    assert int(np.sum(np.any(B != Bp, axis=1))) == 1
     zB = LSRMemory(B, radius=R).retrieve(q, t)
     assert np.allclose(zB[:t], z[:t], rtol=0, atol=1e-12), (
         f"z_<t(B_k) differs from z_<t(D) at t = {t}, k = {k}")
-    hist = z[None, :t]
-    pre = [certificate(LSRMemory(b, radius=R), q[None], hist, steps=t, kappa=0.0,
-                       gamma=gamma).pre_noise[0, t - 1] for b in (B, Bp)]
-    val = float(np.linalg.norm(pre[0] - pre[1]))
-    assert np.isclose(val, rec["L"][k], rtol=1e-7, atol=1e-12), (val, rec["L"][k], t, k)
+    val = _certified_gap(X, B, Bp, q, z, t, k, rec["L"][k], gamma)
     zBp = LSRMemory(Bp, radius=R).retrieve(q, t)
     return val, zB[t], zBp[t]
 
@@ -485,10 +479,16 @@ def verify_flip(X, q, z, far, A, how_tk, t, k, value, gamma):
     B[far[:k]] = A[a]
     Bp = X.copy()
     Bp[far[: k + 1 if kind == "up" else k - 1]] = A[a]
+    return _certified_gap(X, B, Bp, q, z, t, k, value, gamma)
+
+
+def _certified_gap(X, B, Bp, q, z, t, k, value, gamma):
+    """``‖Q_t(B) − Q_t(B')‖`` by :func:`brace.certificate` (κ = 0, the clean history of
+    ``D = X``), asserting that ``B`` is within ``k`` rows of ``X``, ``B'`` its neighbour
+    and the value the construction's ``value``."""
     assert int(np.sum(np.any(B != X, axis=1))) <= k
     assert int(np.sum(np.any(B != Bp, axis=1))) == 1
-    hist = z[None, :t]
-    pre = [certificate(LSRMemory(b, radius=R), q[None], hist, steps=t, kappa=0.0,
+    pre = [certificate(LSRMemory(b, radius=R), q[None], z[None, :t], steps=t, kappa=0.0,
                        gamma=gamma).pre_noise[0, t - 1] for b in (B, Bp)]
     val = float(np.linalg.norm(pre[0] - pre[1]))
     assert np.isclose(val, value, rtol=1e-7, atol=1e-12), (val, value, t, k)

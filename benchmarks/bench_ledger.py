@@ -58,6 +58,7 @@ import hashlib
 import io
 import math
 import os
+import platform
 import pstats
 import sys
 import tempfile
@@ -83,6 +84,10 @@ from brace.plan import plan_release  # noqa: E402
 EPS, DELTA, BUDGET = 1.0, 1e-9, (1e9, 1e-5)
 
 
+make_bank = _bench.mixture_bank  # (n, d, rng): bench_retrieve.py's mixture, from rng
+fresh_queries = _bench.near_rows  # (X, m, rng): bank rows plus N(0, 0.5² I), no repeats
+
+
 def populate(path: Path, X: np.ndarray, r: float, size: int, real: int, accounting: str,
              T: int, rng: np.random.Generator) -> dict[str, Any]:
     """Create the ledger and record ``size`` one-query releases (``real`` of them through
@@ -92,7 +97,7 @@ def populate(path: Path, X: np.ndarray, r: float, size: int, real: int, accounti
                              accounting=accounting)
     real = min(real, size)
     for _ in range(real):
-        pm.retrieve(_bench.near_rows(X, 1, rng), steps=T, epsilon=EPS, delta=DELTA,
+        pm.retrieve(fresh_queries(X, 1, rng), steps=T, epsilon=EPS, delta=DELTA,
                     seed=rng.integers(2**63))
     template = dict(pm.releases[0])  # each row appended below is a release of its own,
     template["params"] = {k: v for k, v in template["params"].items()  # no completion
@@ -106,7 +111,7 @@ def populate(path: Path, X: np.ndarray, r: float, size: int, real: int, accounti
     batch = 100
     while left > 0:
         m = min(batch, left)
-        q = _bench.near_rows(X, m, rng)
+        q = fresh_queries(X, m, rng)
         res = brace.private_retrieve(mem, q, method="brace", epsilon=EPS, delta=DELTA,
                                      steps=T, seed=rng.integers(2**63))
         if res.params["release"] != template["release"]:
@@ -140,12 +145,12 @@ def measure(X: np.ndarray, r: float, size: int, accounting: str, T: int, calls: 
         raise RuntimeError(f"ledger holds {len(pm.releases)} releases, expected {size}")
     spent0 = pm.spent
     mem = brace.LSRMemory(X, radius=r)
-    q0 = _bench.near_rows(X, 1, rng)  # warm-up of both paths (plan caches, first pass)
+    q0 = fresh_queries(X, 1, rng)  # warm-up of both paths (plan caches, first pass)
     brace.private_retrieve(mem, q0, method="brace", epsilon=EPS, delta=DELTA, steps=T, seed=0)
     pm.retrieve(q0, steps=T, epsilon=EPS, delta=DELTA, seed=0)
     t_pm, t_pr = [], []
     for i in range(calls):
-        q = _bench.near_rows(X, 1, rng)
+        q = fresh_queries(X, 1, rng)
         seed = int(rng.integers(2**63))
         order = (0, 1) if i % 2 == 0 else (1, 0)
         for which in order:
@@ -175,7 +180,7 @@ def measure(X: np.ndarray, r: float, size: int, accounting: str, T: int, calls: 
         gc.collect()
         with p_call:
             for _ in range(5):
-                pm.retrieve(_bench.near_rows(X, 1, rng), steps=T, epsilon=EPS, delta=DELTA,
+                pm.retrieve(fresh_queries(X, 1, rng), steps=T, epsilon=EPS, delta=DELTA,
                             seed=int(rng.integers(2**63)))
         for what, prof in (("open", p_open), ("5 retrieve calls", p_call)):
             buf = io.StringIO()
@@ -234,18 +239,18 @@ def journal_study(a: argparse.Namespace, X: np.ndarray, r: float, calls: int,
 
 def advice_study(rounds: int, rng: np.random.Generator, workdir: Path) -> dict[str, Any]:
     """``recommend`` and ``affordable_epsilon`` after each release and asked again."""
-    X = _bench.mixture_bank(20_000, 8, rng)
-    pilot = _bench.near_rows(X, 256, rng)
+    X = make_bank(20_000, 8, rng)
+    pilot = fresh_queries(X, 256, rng)
     r, _ = choose_radius(X, pilot, 50 / X.shape[0])
     pm = brace.PrivateMemory(X, radius=r, budget=(8.0, 1e-5), ledger=workdir / "a.db",
                              create=True)
-    q = _bench.near_rows(X, 3, rng)
+    q = fresh_queries(X, 3, rng)
     asks = {"recommend(1000)": lambda: pm.recommend(1000).per_query_epsilon,
             "affordable_epsilon(3 queries, T=3)": lambda: pm.affordable_epsilon(q, steps=3)}
     times: dict[str, dict[str, list[float]]] = {k: {"after": [], "again": []} for k in asks}
     answers = []
     for i in range(rounds):
-        pm.retrieve(_bench.near_rows(X, 1, rng), steps=3, epsilon=0.5, seed=i)
+        pm.retrieve(fresh_queries(X, 1, rng), steps=3, epsilon=0.5, seed=i)
         for name, ask in asks.items():
             for when in ("after", "again"):
                 t0 = time.perf_counter()
@@ -291,22 +296,21 @@ def main(argv: list[str] | None = None) -> int:
 
     rng = np.random.default_rng(a.seed)
     if a.advice:
-        print(f"public questions: numpy {np.__version__}, python {sys.version.split()[0]}, "
-              f"{os.cpu_count()} CPUs")
+        print(f"public questions: numpy {np.__version__}, python "
+              f"{platform.python_version()}, {os.cpu_count()} CPUs")
         with tempfile.TemporaryDirectory(dir=a.dir) as tmp:
             adv = advice_study(a.rounds, rng, Path(tmp))
         _bench.save_json(a.json, {"benchmark": "bench_ledger --advice",
                                   **_bench.environment(), **adv})
         return 0
-    X = _bench.mixture_bank(a.n, a.d, rng)
-    pilot = _bench.near_rows(X, 256, rng)
+    X = make_bank(a.n, a.d, rng)
+    pilot = fresh_queries(X, 256, rng)
     r, gate = _bench.pilot_radius(X, pilot, a.gate)
     started = _bench.now()
     print(f"ledger overhead: n={a.n}, d={a.d}, T={a.steps}, r={r:.4g} (median gate "
           f"{gate:.0f}), eps={EPS:g}, delta={DELTA:g} per query, budget {BUDGET}, "
-          f"{calls} calls per cell; numpy {np.__version__}, python {sys.version.split()[0]}, "
-          f"{os.cpu_count()} CPUs, "
-          f"threads: {threads_info()}")
+          f"{calls} calls per cell; numpy {np.__version__}, python "
+          f"{platform.python_version()}, {os.cpu_count()} CPUs, threads: {threads_info()}")
     rows = []
     if a.journal:
         with tempfile.TemporaryDirectory(dir=a.dir) as tmp:

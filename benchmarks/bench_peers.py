@@ -151,7 +151,7 @@ def _child(args: argparse.Namespace) -> None:
     with threadpool_limits(args.threads):
         run_peer(args.peer, X[:1000], Y[:2], args.radius, 1, args.threads)  # imports, warm-up
         for _ in range(args.repeats):
-            with _bench.PeakRSS(0.002) as pk:  # a fresh build each time
+            with _bench.peak_rss(0.002) as pk:  # a fresh build each time
                 t0 = time.perf_counter()
                 out = run_peer(args.peer, X, Y, args.radius, args.steps, args.threads)
                 best = min(best, time.perf_counter() - t0)

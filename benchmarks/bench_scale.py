@@ -118,7 +118,7 @@ def fresh_bank_memory(X: np.ndarray, q: np.ndarray, r: float, args: Any,
             torch.cuda.synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
             base = torch.cuda.memory_allocated(device)
-        with _bench.PeakHeap() as ph:
+        with _bench.peak_heap() as ph:
             private_retrieve(mem, q, method="brace", epsilon=args.epsilon, delta=1e-5,
                              steps=args.steps, seed=0)
         if cuda:
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     for label, fn in runs:
         if device is not None and device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        with _bench.PeakRSS() as pk:
+        with _bench.peak_rss() as pk:
             times = _bench.timed(fn, max(1, args.repeats), warmup=0,
                                  sync=lambda: _sync(device)).wall
         out[f"{label}_s"] = float(np.median(times))
