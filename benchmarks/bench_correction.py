@@ -36,23 +36,21 @@ The result is discussed in ``docs/experiments.md`` §4 ("Where correction wins")
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_retrieve import _apply_thread_limit, threads_info  # noqa: E402
+import _bench  # noqa: E402
+from _bench import threads_info  # noqa: E402
 
 if __name__ == "__main__":
-    _apply_thread_limit(sys.argv[1:])
+    _bench.limit_threads(sys.argv[1:])
 
 import numpy as np  # noqa: E402
 
 from brace import LSRMemory, certificate, private_retrieve  # noqa: E402
-from brace._io import write_json  # noqa: E402
-from brace._meta import versions  # noqa: E402
 
 DELTA = 1e-5
 ATTRACTOR_STEPS = 30
@@ -171,16 +169,13 @@ def print_cell(c: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="small smoke run (seconds)")
+    p = _bench.parser(__doc__, quick="small smoke run (seconds)")
     p.add_argument("--runs", type=int, default=None, help="releases per cell (default 300)")
     p.add_argument("--banks", nargs="+", choices=sorted(BANKS), default=None)
     p.add_argument("--eps", type=float, nargs="+", default=None,
                    help="epsilons (default 8 32 128)")
     p.add_argument("--steps", type=int, nargs="+", default=None, help="horizons (default 3 5)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=None, help="BLAS threads (set before numpy)")
-    p.add_argument("--json", metavar="PATH", help="write the JSON record here (atomically)")
     a = p.parse_args(argv)
     if a.runs is not None and a.runs < 2:
         p.error(f"--runs must be at least 2 (a standard error needs two runs); got {a.runs}.")
@@ -210,11 +205,9 @@ def main(argv: list[str] | None = None) -> int:
             and m["z_vs_inf_smooth"] < -3]
     print(f"\n{len(wins)} (cell, kappa) pairs where correcting BRACE beats both kappa = inf "
           f"rows by more than 3 paired standard errors; wall {wall:.1f} s")
-    if a.json:
-        write_json(a.json, {"benchmark": "bench_correction", "delta": DELTA, "runs": runs,
-                            "seed": a.seed, "attractor_steps": ATTRACTOR_STEPS,
-                            "threads": threads_info(), "wall_s": wall, "versions": versions(),
-                            "cells": cells})
+    _bench.save_json(a.json, {"benchmark": "bench_correction", "delta": DELTA, "runs": runs,
+                              "seed": a.seed, "attractor_steps": ATTRACTOR_STEPS,
+                              **_bench.environment(), "wall_s": wall, "cells": cells})
     return 0
 
 

@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import datetime as _dt
 import gc
 import hashlib
 import io
@@ -74,16 +73,15 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_retrieve import _apply_thread_limit, choose_radius, threads_info  # noqa: E402
+import _bench  # noqa: E402
+from _bench import choose_radius, threads_info  # noqa: E402
 
 if __name__ == "__main__":
-    _apply_thread_limit(sys.argv[1:])
+    _bench.limit_threads(sys.argv[1:])
 
 import numpy as np  # noqa: E402
 
 import brace  # noqa: E402
-from brace._io import write_json  # noqa: E402
-from brace._meta import versions  # noqa: E402
 from brace.footprints import footprints  # noqa: E402
 from brace.ledger import Ledger  # noqa: E402
 from brace.ledger import sqlite as ledger_module  # noqa: E402
@@ -92,14 +90,8 @@ from brace.plan import plan_release  # noqa: E402
 EPS, DELTA, BUDGET = 1.0, 1e-9, (1e9, 1e-5)
 
 
-def make_bank(n: int, d: int, rng: np.random.Generator, components: int = 16) -> np.ndarray:
-    centres = rng.normal(scale=4.0, size=(components, d))
-    return centres[rng.integers(0, components, size=n)] + rng.normal(size=(n, d))
-
-
-def fresh_queries(X: np.ndarray, m: int, rng: np.random.Generator) -> np.ndarray:
-    """``m`` random bank rows plus N(0, 0.5² I): distinct bit for bit (no free repeats)."""
-    return X[rng.integers(0, X.shape[0], size=m)] + 0.5 * rng.normal(size=(m, X.shape[1]))
+make_bank = _bench.mixture_bank  # (n, d, rng): bench_retrieve.py's mixture, from rng
+fresh_queries = _bench.near_rows  # (X, m, rng): bank rows plus N(0, 0.5² I), no repeats
 
 
 def populate(path: Path, X: np.ndarray, r: float, size: int, real: int, accounting: str,
@@ -340,8 +332,7 @@ def advice_study(sizes: list[int], rounds: int, cold_runs: int, rng: np.random.G
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="sizes 10 and 1,000, 11 calls")
+    p = _bench.parser(__doc__, quick="sizes 10 and 1,000, 11 calls")
     p.add_argument("--sizes", type=int, nargs="+", help="recorded releases (10 10000)")
     p.add_argument("--accountings", nargs="+", default=["local", "global"],
                    choices=["local", "global"])
@@ -353,12 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--real", type=int, default=5, help="releases recorded by retrieve")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dir", help="directory for the ledgers (default: a temporary one)")
-    p.add_argument("--out", metavar="PATH", help="write the results as JSON")
     p.add_argument("--profile", action="store_true",
                    help="at the largest size, after the timings: cProfile a second open "
                    "and 5 more calls")
-    p.add_argument("--threads", type=int, default=None,
-                   help="BLAS/OpenMP threads (set before numpy loads)")
     p.add_argument("--journal", nargs="+", metavar="MODE",
                    choices=["WAL", "WAL+checkpoint", "DELETE", "TRUNCATE", "PERSIST"],
                    help="instead: per-call overhead for each journal mode (S = 10, global)")
@@ -381,17 +369,15 @@ def main(argv: list[str] | None = None) -> int:
               f"{platform.python_version()}, {os.cpu_count()} CPUs")
         with tempfile.TemporaryDirectory(dir=a.dir) as tmp:
             adv = advice_study(a.advice_sizes, a.rounds, a.cold_runs, rng, Path(tmp))
-        if a.out:
-            write_json(a.out, {"benchmark": "bench_ledger --advice", "versions": versions(),
-                               "cpus": os.cpu_count(), **adv})
+        _bench.save_json(a.json, {"benchmark": "bench_ledger --advice",
+                                  **_bench.environment(), **adv})
         return 0
     X = make_bank(a.n, a.d, rng)
     pilot = fresh_queries(X, 256, rng)
-    r, _ = choose_radius(X, pilot, a.gate / a.n)
-    g = brace.LSRMemory(X, radius=r).gate(pilot, counts=True)
-    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    r, gate = _bench.pilot_radius(X, pilot, a.gate)
+    started = _bench.now()
     print(f"ledger overhead: n={a.n}, d={a.d}, T={a.steps}, r={r:.4g} (median gate "
-          f"{np.median(g):.0f}), eps={EPS:g}, delta={DELTA:g} per query, budget {BUDGET}, "
+          f"{gate:.0f}), eps={EPS:g}, delta={DELTA:g} per query, budget {BUDGET}, "
           f"{calls} calls per cell; numpy {np.__version__}, python "
           f"{platform.python_version()}, {os.cpu_count()} CPUs, threads: {threads_info()}")
     rows = []
@@ -400,10 +386,8 @@ def main(argv: list[str] | None = None) -> int:
             for mode in a.journal:
                 (Path(tmp) / mode.replace("+", "_")).mkdir()
             rows = journal_study(a, X, r, calls, rng, Path(tmp))
-        if a.out:
-            write_json(a.out, {"benchmark": "bench_ledger --journal", "started": started,
-                               "versions": versions(), "cpus": os.cpu_count(),
-                               "results": rows})
+        _bench.save_json(a.json, {"benchmark": "bench_ledger --journal", "started": started,
+                                  **_bench.environment(), "results": rows})
         return 0
     with tempfile.TemporaryDirectory(dir=a.dir) as tmp:
         for acc in a.accountings:
@@ -427,19 +411,16 @@ def main(argv: list[str] | None = None) -> int:
                          "open_ratio": hi["open_s"] / lo["open_s"], "met": ratio <= 2.0}
         print(f"{acc}: overhead at {hi['recorded']} / at {lo['recorded']} = {ratio:.2f} "
               f"(target <= 2: {'met' if ratio <= 2.0 else 'NOT met'})")
-    if a.out:
-        write_json(a.out, {
-            "benchmark": "bench_ledger",
-            "started": started,
-            "settings": {"n": a.n, "d": a.d, "steps": a.steps, "radius": r,
-                         "median_gate": float(np.median(g)), "epsilon": EPS,
-                         "delta": DELTA, "budget": list(BUDGET), "calls": calls,
-                         "real": a.real, "sizes": sizes, "seed": a.seed,
-                         "quick": a.quick, "method": "brace (default release)"},
-            "versions": versions(), "cpus": os.cpu_count(), "threads": threads_info(),
-            "results": rows, "target": verdicts,
-        })
-        print(f"wrote {a.out}")
+    _bench.save_json(a.json, {
+        "benchmark": "bench_ledger",
+        "started": started,
+        "settings": {"n": a.n, "d": a.d, "steps": a.steps, "radius": r,
+                     "median_gate": gate, "epsilon": EPS,
+                     "delta": DELTA, "budget": list(BUDGET), "calls": calls,
+                     "real": a.real, "sizes": sizes, "seed": a.seed,
+                     "quick": a.quick, "method": "brace (default release)"},
+        **_bench.environment(), "results": rows, "target": verdicts,
+    })
     return 0
 
 

@@ -31,7 +31,6 @@ allowed as ``ξ`` (what the rounding of ``s·ξ`` and ``p + ·`` alone reveals);
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
@@ -39,11 +38,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import _bench  # noqa: E402
 import lowbits_attack as L  # noqa: E402
 import numpy as np  # noqa: E402
 
 import brace  # noqa: E402
-from brace._io import write_json  # noqa: E402
 
 DELTA = 1e-5
 BATCH = 100  # queries per call (one fresh seed per call)
@@ -97,10 +96,9 @@ def run_cell(wi: np.ndarray, *, d: int, offset: float, epsilon: float, release: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = _bench.parser(__doc__, quick=None, threads=False)
     ap.add_argument("--releases", type=int, default=300, help="releases per cell")
     ap.add_argument("--steps", type=int, default=1, help="horizon T of each release")
-    ap.add_argument("--json", default=None, help="write every cell to this JSON file")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     wi = L.recover_wi()
@@ -140,12 +138,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(line, flush=True)
     wrong = sum(r["wrong"] + r["true_inconsistent"] for r in rows)
     print(f"\nwrong identifications: {wrong}; total {time.perf_counter() - t0:.0f} s")
-    if args.json:
-        write_json(args.json, dict(benchmark="low_bits", delta=DELTA,
-                                   numpy=np.__version__, brace=brace.__version__,
-                                   releases_per_cell=args.releases, steps=args.steps,
-                                   table_check=dict(checked=checked, exact=exact),
-                                   cells=rows))
+    _bench.save_json(args.json, dict(benchmark="low_bits", delta=DELTA, **_bench.environment(),
+                                     releases_per_cell=args.releases, steps=args.steps,
+                                     table_check=dict(checked=checked, exact=exact),
+                                     cells=rows))
     return 1 if wrong else 0
 
 

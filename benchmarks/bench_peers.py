@@ -33,13 +33,13 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from typing import Any
 
-import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _bench  # noqa: E402
+import numpy as np  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 PEERS = ("brace", "sk-kdtree", "sk-brute", "faiss", "torch", "numpy")
 _BLOCK = 1 << 22  # entries of a peer's distance tile
 
@@ -140,45 +140,28 @@ def run_peer(peer: str, X: np.ndarray, Y: np.ndarray, r: float, T: int, threads:
     raise ValueError(f"unknown peer {peer!r}")
 
 
-def _sample(proc: Any, peak: list, stop: threading.Event) -> None:
-    """Record the peak RSS of ``proc`` into ``peak[0]`` every 2 ms until ``stop``."""
-    while not stop.is_set():
-        peak[0] = max(peak[0], proc.memory_info().rss)
-        time.sleep(0.002)
-
-
 def _child(args: argparse.Namespace) -> None:
-    import psutil
     from threadpoolctl import threadpool_limits
 
     X = np.load(args.bank)
     Y = np.load(args.queries)
-    proc = psutil.Process()
     best = float("inf")
     peak_extra = 0
     out = None
     with threadpool_limits(args.threads):
         run_peer(args.peer, X[:1000], Y[:2], args.radius, 1, args.threads)  # imports, warm-up
         for _ in range(args.repeats):
-            base = proc.memory_info().rss
-            peak = [base]
-            stop = threading.Event()
-
-            th = threading.Thread(target=_sample, args=(proc, peak, stop), daemon=True)
-            th.start()
-            t0 = time.perf_counter()
-            out = run_peer(args.peer, X, Y, args.radius, args.steps, args.threads)
-            best = min(best, time.perf_counter() - t0)
-            stop.set()
-            th.join()
-            peak_extra = max(peak_extra, peak[0] - base)
+            with _bench.peak_rss(0.002) as pk:  # a fresh build each time
+                t0 = time.perf_counter()
+                out = run_peer(args.peer, X, Y, args.radius, args.steps, args.threads)
+                best = min(best, time.perf_counter() - t0)
+            peak_extra = max(peak_extra, pk.extra)
     np.save(args.out, out)
     print(json.dumps({"time_s": best, "peak_extra_mib": peak_extra / 2**20}))
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="n ∈ {1e4, 1e5}, d ∈ {2, 64}")
+    p = _bench.parser(__doc__, quick="n ∈ {1e4, 1e5}, d ∈ {2, 64}", threads=False, json=False)
     p.add_argument("--n", type=float, nargs="*", default=None)
     p.add_argument("--d", type=int, nargs="*", default=None)
     p.add_argument("--dtypes", nargs="*", default=["float32", "float64"])
@@ -198,18 +181,15 @@ def main(argv: list[str] | None = None) -> int:
     if args._child:
         _child(args)
         return 0
-    sys.path.insert(0, HERE)
-    from bench_retrieve import choose_radius, make_bank, make_queries
-
     ns = [int(v) for v in (args.n or ([1e4, 1e5] if args.quick else [1e4, 1e5, 1e6]))]
     ds = args.d or ([2, 64] if args.quick else [2, 64, 384])
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in ns:
             for d in ds:
-                X64 = make_bank(n, d, 0)
-                Y = make_queries(X64, args.Q, 0)
-                r, _ = choose_radius(X64, Y, 0.01)
+                X64 = _bench.make_bank(n, d, 0)
+                Y = _bench.make_queries(X64, args.Q, 0)
+                r, _ = _bench.choose_radius(X64, Y, 0.01)
                 for dt in args.dtypes:
                     X = X64.astype(dt)
                     bank, qf = os.path.join(tmp, "bank.npy"), os.path.join(tmp, "q.npy")
@@ -242,18 +222,15 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append(row)
     print()
     print(table(rows, args.peers))
-    if args.json:
-        from brace._io import write_json
-
-        write_json(args.json, {"Q": args.Q, "T": args.steps, "threads": args.threads,
-                               "rows": rows})
+    _bench.save_json(args.json, {"benchmark": "bench_peers", **_bench.environment(),
+                                 "Q": args.Q, "T": args.steps, "threads": args.threads,
+                                 "rows": rows})
     return 0
 
 
 def table(rows: list[dict], peers: list[str]) -> str:
     """Markdown: time (s) and ratio to BRACE per peer; BRACE's peak RSS above the bank."""
-    head = "| n | d | dtype | " + " | ".join(peers) + " | best peer / BRACE | BRACE peak MiB |"
-    out = [head, "|" + "---|" * (len(peers) + 5)]
+    out = []
     for row in rows:
         pr = row["peers"]
         tb = pr.get("brace", {}).get("time_s")
@@ -271,9 +248,9 @@ def table(rows: list[dict], peers: list[str]) -> str:
         best = f"{min(others) / tb:.2f}" if others and tb else "—"
         peak = pr.get("brace", {}).get("peak_extra_mib")
         peak_s = f"{peak:.0f}" if peak is not None else "—"
-        out.append(f"| {row['n']:.0e} | {row['d']} | {row['dtype']} | " + " | ".join(cells)
-                   + f" | {best} | {peak_s} |")
-    return "\n".join(out)
+        out.append((f"{row['n']:.0e}", row["d"], row["dtype"], *cells, best, peak_s))
+    return _bench.markdown(("n", "d", "dtype", *peers, "best peer / BRACE", "BRACE peak MiB"),
+                           out)
 
 
 if __name__ == "__main__":

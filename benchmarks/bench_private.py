@@ -16,27 +16,18 @@ of noiseless retrieval.
 
 from __future__ import annotations
 
-import argparse
-import math
 import os
 import sys
-import time
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_retrieve import (  # noqa: E402
-    _apply_thread_limit,
-    choose_radius,
-    make_bank,
-    make_queries,
-    threads_info,
-)
+import _bench  # noqa: E402
+from _bench import choose_radius, make_bank, make_queries, threads_info  # noqa: E402
 
 if __name__ == "__main__":
-    _apply_thread_limit(sys.argv[1:])
+    _bench.limit_threads(sys.argv[1:])
 
 from brace import LSRMemory, NotPrivateWarning, private_retrieve  # noqa: E402
-from brace._io import write_json  # noqa: E402
 
 VARIANTS = (
     ("brace k=0", "brace", 0.0),
@@ -47,24 +38,12 @@ VARIANTS = (
 )
 
 
-def _time(fn, repeats: int = 1) -> float:
-    """Best of ``repeats`` timed calls after a warm-up (on a shared machine the minimum is
-    the figure least disturbed by other jobs)."""
-    fn()  # warm-up (validation cache, calibration code paths)
-    best = math.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def bench(n: int, d: int, Q: int, T: int, seed: int, repeats: int = 1) -> dict:
     X = make_bank(n, d, seed)
     q = make_queries(X, Q, seed)
     r, _ = choose_radius(X, q, 0.01)
     mem = LSRMemory(X, radius=r)
-    base = _time(lambda: mem.retrieve(q, T), repeats)
+    base = _bench.timed(lambda: mem.retrieve(q, T), repeats).best  # best after a warm-up
     row = {"n": n, "d": d, "Q": Q, "T": T, "radius": r, "noiseless_s": base}
     for label, method, kappa in VARIANTS:
         def call(method=method, kappa=kappa):
@@ -72,18 +51,15 @@ def bench(n: int, d: int, Q: int, T: int, seed: int, repeats: int = 1) -> dict:
                 warnings.simplefilter("ignore", NotPrivateWarning)
                 return private_retrieve(mem, q, method=method, epsilon=64.0, delta=1e-5,
                                         steps=T, kappa=kappa, seed=0)
-        t = _time(call, repeats)
+        t = _bench.timed(call, repeats).best
         row[f"{label}_s"] = t
         row[f"{label}_ratio"] = t / base
     return row
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--threads", type=int, default=None, help="BLAS threads (before import)")
+    p = _bench.parser(__doc__)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", metavar="PATH")
     p.add_argument("--n", type=int, nargs="+", help="bank sizes (default: the grid)")
     p.add_argument("--d", type=int, nargs="+", help="dimensions (default: the grid)")
     p.add_argument("--repeats", type=int, default=3, help="timed calls per cell (the best)")
@@ -101,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(f"{n:>7} {d:>3} {row['noiseless_s']:>11.4f} "
                   + " ".join(f"{row[v[0] + '_ratio']:>14.2f}x" for v in VARIANTS))
-    if a.json:
-        write_json(a.json, {"rows": rows, "threads": threads_info()})
+    _bench.save_json(a.json, {"benchmark": "bench_private", "rows": rows,
+                              **_bench.environment()})
     return 0
 
 

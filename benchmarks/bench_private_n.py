@@ -39,25 +39,22 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_retrieve import _apply_thread_limit, threads_info  # noqa: E402
+import _bench  # noqa: E402
+from _bench import nearest, threads_info  # noqa: E402
 
 if __name__ == "__main__":
-    _apply_thread_limit(sys.argv[1:])
+    _bench.limit_threads(sys.argv[1:])
 
 import numpy as np  # noqa: E402
 
 import brace  # noqa: E402
-from brace._io import write_json  # noqa: E402
-from brace._meta import versions  # noqa: E402
 from brace.datasets import sample_clusters  # noqa: E402
-from brace.experiments._common import mean_ci95  # noqa: E402
 from brace.experiments.real_data import public_radius  # noqa: E402
 
 D, K, Q, PUBLIC, DELTA, STEPS = 64, 100, 1000, 50, 1e-5, 2
@@ -69,15 +66,6 @@ LABEL = {"synopsis": "synopsis, no public data", "per_query": "per-query BRACE, 
          "per_query_q10": "per-query BRACE, Q = 10",
          "public_floor": "public floor (50 rows, ε = 0)", "identity": "query as is",
          "noiseless": "noiseless LSR (NOT private)"}
-
-
-def nearest(P: np.ndarray, C: np.ndarray) -> np.ndarray:
-    out = np.empty(P.shape[0], dtype=np.int64)
-    cc = (C * C).sum(1)
-    for lo in range(0, P.shape[0], 4096):
-        B = P[lo:lo + 4096]
-        out[lo:lo + 4096] = np.argmin(cc[None] - 2.0 * B @ C.T, axis=1)
-    return out
 
 
 def hit(Y: np.ndarray, C: np.ndarray, truth: np.ndarray, q: np.ndarray) -> float:
@@ -165,7 +153,7 @@ def run(ns: tuple[int, ...], eps: float, seeds: int, log: Any) -> dict:
                 f"{info['per_query_s']:.0f} s, r={pq['radius']:.3g}, eps_q={pq['eps_q']:.3g})")
     summary = {}
     for key, rec in rows.items():
-        summary[key] = {m: mean_ci95(np.asarray(v), nonnegative=False) for m, v in rec.items()}
+        summary[key] = {m: _bench.ci95(v) for m, v in rec.items()}
     return {"raw": rows, "summary": summary}
 
 
@@ -185,8 +173,7 @@ def pays_at(res: dict, ns: tuple[int, ...], method: str) -> int | None:
 
 
 def table(res: dict, ns: tuple[int, ...]) -> str:
-    lines = ["| n | " + " | ".join(LABEL[m] for m in METHODS)
-             + " | attractors | synopsis ARI |", "|---:|" + "---:|" * (len(METHODS) + 2)]
+    rows = []
     for n in ns:
         cells = []
         for m in METHODS:
@@ -195,8 +182,9 @@ def table(res: dict, ns: tuple[int, ...]) -> str:
             cells.append(f"{v.mean():.3f}{sd}")
         k = res["summary"][f"{n}/info"]["k"]["mean"]
         ari = res["summary"][f"{n}/info"]["ari"]["mean"]
-        lines.append(f"| {n:,} | " + " | ".join(cells) + f" | {k:.0f} | {ari:.3f} |")
-    return "\n".join(lines)
+        rows.append((f"{n:,}", *cells, f"{k:.0f}", f"{ari:.3f}"))
+    return _bench.markdown(("n", *(LABEL[m] for m in METHODS), "attractors", "synopsis ARI"),
+                           rows, "r" * (len(METHODS) + 3))
 
 
 def figure(res: dict, ns: tuple[int, ...], eps: float, path: str) -> None:
@@ -224,24 +212,17 @@ def figure(res: dict, ns: tuple[int, ...], eps: float, path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true")
+    p = _bench.parser(__doc__)
     p.add_argument("--eps", type=float, default=1.0)
     p.add_argument("--n", type=int, nargs="+", default=None)
     p.add_argument("--seeds", type=int, default=2, help="seeds for n <= 1e5 (one above)")
-    p.add_argument("--json", default=None)
     p.add_argument("--figure", default=None)
-    p.add_argument("--threads", type=int, default=None)
     p.add_argument("--from-json", default=None,
                    help="tabulate (and draw) a saved run instead of running")
     a = p.parse_args(argv)
     ns = tuple(a.n) if a.n else ((1_000, 10_000) if a.quick else NS)
     seeds = 1 if a.quick else a.seeds
-    t0 = time.perf_counter()
-
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
-
+    log = _bench.Log()
     if a.from_json:
         import json
 
@@ -255,13 +236,13 @@ def main(argv: list[str] | None = None) -> int:
     print(table(res, ns))
     pays = {m: pays_at(res, ns, m) for m in ("synopsis", "per_query", "per_query_q10")}
     print(f"\nprivate pays (above the public floor from this n on): {pays}")
-    print(f"threads: {threads_info()}; wall {time.perf_counter() - t0:.0f} s")
+    print(f"threads: {threads_info()}; wall {log.elapsed:.0f} s")
     if a.figure:
         figure(res, ns, a.eps, a.figure)
-    if a.json and not a.from_json:
-        write_json(a.json, {**res, "ns": list(ns), "epsilon": a.eps, "seeds": seeds,
-                            "pays_at": pays, "threads": threads_info(),
-                            "versions": versions(), "wall_s": time.perf_counter() - t0})
+    if not a.from_json:
+        _bench.save_json(a.json, {"benchmark": "bench_private_n", **res, "ns": list(ns),
+                                  "epsilon": a.eps, "seeds": seeds, "pays_at": pays,
+                                  **_bench.environment(), "wall_s": log.elapsed})
     return 0
 
 

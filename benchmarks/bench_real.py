@@ -83,7 +83,6 @@ Without diffprivlib (``pip install 'brace-dam[peers]'``) its rows are skipped wi
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -92,18 +91,16 @@ from dataclasses import dataclass
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_retrieve import _apply_thread_limit, threads_info  # noqa: E402
+import _bench  # noqa: E402
+from _bench import nearest, threads_info  # noqa: E402
 
 if __name__ == "__main__":
-    _apply_thread_limit(sys.argv[1:])
+    _bench.limit_threads(sys.argv[1:])
 
 import numpy as np  # noqa: E402
 import peers_dp  # noqa: E402
 
 import brace  # noqa: E402
-from brace._io import write_json  # noqa: E402
-from brace._meta import versions  # noqa: E402
-from brace.experiments._common import mean_ci95  # noqa: E402
 from brace.experiments.real_data import corrupt, load_real, public_radius  # noqa: E402
 
 DELTA = 1e-5
@@ -145,18 +142,6 @@ def have_diffprivlib() -> bool:
 
 
 # ------------------------------------------------------------------------- helpers
-
-
-def _sqdist(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    return np.maximum((A * A).sum(1)[:, None] + (B * B).sum(1)[None, :] - 2.0 * A @ B.T, 0.0)
-
-
-def nearest(points: np.ndarray, centres: np.ndarray) -> np.ndarray:
-    """Index of the nearest centre of each point (blocked)."""
-    out = np.empty(points.shape[0], dtype=np.int64)
-    for lo in range(0, points.shape[0], 2048):
-        out[lo:lo + 2048] = np.argmin(_sqdist(points[lo:lo + 2048], centres), axis=1)
-    return out
 
 
 def _public_box(data: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -319,11 +304,6 @@ def release(method: str, st: Setup, queries: np.ndarray, r: float, eps: float, s
 # ------------------------------------------------------------------------- the two views
 
 
-def _summ(v: list[float]) -> dict[str, float]:
-    s = mean_ci95(v, nonnegative=False)
-    return {"mean": s["mean"], "lo": s["lo"], "hi": s["hi"], "n": s["n"]}
-
-
 def clustering(methods: tuple[str, ...], seeds: int, log: Any) -> dict[str, Any]:
     from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
@@ -349,7 +329,7 @@ def clustering(methods: tuple[str, ...], seeds: int, log: Any) -> dict[str, Any]
                 rec["fit_s"].append(float(info["fit_s"]))
                 rec["k"].append(int(info["centres"].shape[0]))
             log(f"clustering ε={eps:g} seed {s} done")
-    summary = {key: {m: _summ(v) for m, v in rec.items()} for key, rec in rows.items()}
+    summary = {key: {m: _bench.ci95(v) for m, v in rec.items()} for key, rec in rows.items()}
     return {"raw": rows, "summary": summary, "params": params}
 
 
@@ -397,42 +377,36 @@ def completion(datasets: tuple[str, ...], methods: tuple[str, ...], seeds: int,
                     if "eps_q" in info:
                         rec.setdefault("eps_q", []).append(info["eps_q"])
             log(f"completion {name} seed {s} done")
-    summary = {key: {m: _summ(v) for m, v in rec.items()} for key, rec in rows.items()}
+    summary = {key: {m: _bench.ci95(v) for m, v in rec.items()} for key, rec in rows.items()}
     return {"raw": rows, "summary": summary, "params": params}
 
 
 # ------------------------------------------------------------------------- tables
 
 
-def _fmt(s: dict[str, float], digits: int = 3) -> str:
-    if not np.isfinite(s["lo"]):
-        return f"{s['mean']:.{digits}f}"
-    return f"{s['mean']:.{digits}f} ± {(s['hi'] - s['lo']) / 2:.{digits}f}"
-
-
 def clustering_table(res: dict[str, Any], methods: tuple[str, ...]) -> str:
-    lines = ["| method | total ε | ARI | NMI | centres | fit (s) |", "|---|---|---|---|---|---|"]
+    rows = []
     for eps in CLUSTER_EPS:
         for m in methods:
             key = f"{m}@{eps:g}" if m not in NOT_PRIVATE else f"{m}@{CLUSTER_EPS[0]:g}"
             if key not in res["summary"] or (m in NOT_PRIVATE and eps != CLUSTER_EPS[0]):
                 continue
             s = res["summary"][key]
-            e = "—" if m in NOT_PRIVATE else f"{eps:g}"
-            lines.append(f"| {LABEL[m]} | {e} | {_fmt(s['ari'])} | {_fmt(s['nmi'])} | "
-                         f"{s['k']['mean']:.1f} | {s['fit_s']['mean']:.3f} |")
-    return "\n".join(lines)
+            rows.append((LABEL[m], "—" if m in NOT_PRIVATE else f"{eps:g}",
+                         _bench.fmt_ci(s["ari"]), _bench.fmt_ci(s["nmi"]),
+                         f"{s['k']['mean']:.1f}", f"{s['fit_s']['mean']:.3f}"))
+    return _bench.markdown(("method", "total ε", "ARI", "NMI", "centres", "fit (s)"), rows)
 
 
 def completion_table(res: dict[str, Any]) -> str:
-    lines = ["| data set | method | accuracy | MSE to noiseless | ε_q | fit (s) |",
-             "|---|---|---|---|---|---|"]
+    rows = []
     for key, s in res["summary"].items():
         name, row = key.split("/")
-        eq = f"{s['eps_q']['mean']:.4f}" if "eps_q" in s else "—"
-        lines.append(f"| {name} | {LABEL[row]} | {_fmt(s['accuracy'])} | "
-                     f"{_fmt(s['mse'], 4)} | {eq} | {s['fit_s']['mean']:.3f} |")
-    return "\n".join(lines)
+        rows.append((name, LABEL[row], _bench.fmt_ci(s["accuracy"]), _bench.fmt_ci(s["mse"], 4),
+                     f"{s['eps_q']['mean']:.4f}" if "eps_q" in s else "—",
+                     f"{s['fit_s']['mean']:.3f}"))
+    return _bench.markdown(("data set", "method", "accuracy", "MSE to noiseless", "ε_q",
+                            "fit (s)"), rows)
 
 
 # ------------------------------------------------------------------------- no public data
@@ -554,7 +528,7 @@ def no_public(datasets: tuple[str, ...], seeds: int, peers: tuple[str, ...],
                     rec.setdefault("accuracy", []).append(a)
                     raw.setdefault("identity", {}).setdefault("accuracy", []).append(a_id)
             log(f"no public data: {name} seed {s} done")
-        out[name] = {"raw": raw, "summary": {m: {k_: _summ(v) for k_, v in r.items()}
+        out[name] = {"raw": raw, "summary": {m: {k_: _bench.ci95(v) for k_, v in r.items()}
                                              for m, r in raw.items()}}
     return out
 
@@ -562,36 +536,31 @@ def no_public(datasets: tuple[str, ...], seeds: int, peers: tuple[str, ...],
 def no_public_table(res: dict[str, Any], bp: Any = None) -> str:
     """The rows of :func:`no_public`; with the peers module ``bp``, each method by its
     label and privacy kind (``dp``, ``not_dp`` — NOT private — ``uncharged`` …)."""
-    lines = ["| data | method | kind | total ε | ARI | NMI | attractors | completion acc. "
-             "| fit (s) |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    rows = []
     for name, r in res.items():
         if not isinstance(r, dict) or "summary" not in r:
             continue
         for key, s in r["summary"].items():
             meth, _, eps = key.partition("@")
-            acc = _fmt(s["accuracy"]) if "accuracy" in s else "—"
-            ari = _fmt(s["ari"]) if "ari" in s else "—"
-            nmi = _fmt(s["nmi"]) if "nmi" in s else "—"
-            k = f"{s['k']['mean']:.1f}" if "k" in s else "—"
-            fit = f"{s['fit_s']['mean']:.2f}" if "fit_s" in s else "—"
+            cells = [_bench.fmt_ci(s[k_]) if k_ in s else "—" for k_ in ("ari", "nmi")]
+            cells.append(f"{s['k']['mean']:.1f}" if "k" in s else "—")
+            cells.append(_bench.fmt_ci(s["accuracy"]) if "accuracy" in s else "—")
+            cells.append(f"{s['fit_s']['mean']:.2f}" if "fit_s" in s else "—")
             label, kind = ((bp.label_of(meth), bp.kind_of(meth)) if bp is not None
                            else (meth, "dp" if meth == "synopsis" else "?"))
             if kind in ("not_dp", "uncharged") and "NOT" not in label:
                 label += " — NOT DP"
-            lines.append(f"| {name} | {label} | {kind} | {eps or '—'} | {ari} | {nmi} | {k} "
-                         f"| {acc} | {fit} |")
-    return "\n".join(lines)
+            rows.append((name, label, kind, eps or "—", *cells))
+    return _bench.markdown(("data", "method", "kind", "total ε", "ARI", "NMI", "attractors",
+                            "completion acc.", "fit (s)"), rows, "lllrrrrrr")
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="a few seeds (smoke run)")
+    p = _bench.parser(__doc__, quick="a few seeds (smoke run)")
     p.add_argument("--seeds", type=int, default=None, help="clustering seeds (default 20)")
     p.add_argument("--completion-seeds", type=int, default=None,
                    help="completion seeds (default 10)")
-    p.add_argument("--json", default=None, help="write the results here")
     p.add_argument("--skip", nargs="*", default=(), help="methods to leave out")
-    p.add_argument("--threads", type=int, default=None, help="BLAS/OpenMP threads")
     p.add_argument("--no-public", action="store_true",
                    help="only the section without public data (module docstring)")
     p.add_argument("--np-datasets", nargs="+", default=None,
@@ -609,11 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     NP_PROJECT[0] = a.np_project
     if a.no_public:
-        t0 = time.perf_counter()
-
-        def log_np(msg: str) -> None:
-            print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
-
+        log_np = _bench.Log()
         names = tuple(a.np_datasets or (("digits", "synthetic") if a.quick else
                                         ("digits", "mnist", "synthetic", "synthetic128")))
         if "mnist" in names and not os.environ.get("BRACE_MNIST_DIR"):
@@ -624,11 +589,9 @@ def main(argv: list[str] | None = None) -> int:
                         a.quick, log_np)
         print("\nWithout public data (mean ± 95% CI over seeds):\n")
         print(no_public_table(res, _peers_module(a.peers_dir) if peers else None))
-        print(f"threads: {threads_info()}; wall {time.perf_counter() - t0:.0f} s")
-        if a.json:
-            write_json(a.json, {"no_public": res, "threads": threads_info(),
-                                "versions": versions(),
-                                "wall_s": time.perf_counter() - t0})
+        print(f"threads: {threads_info()}; wall {log_np.elapsed:.0f} s")
+        _bench.save_json(a.json, {"benchmark": "bench_real --no-public", "no_public": res,
+                                  **_bench.environment(), "wall_s": log_np.elapsed})
         return 0
     seeds = a.seeds or (3 if a.quick else 20)
     cseeds = a.completion_seeds or (2 if a.quick else 10)
@@ -644,11 +607,7 @@ def main(argv: list[str] | None = None) -> int:
     datasets = ["digits", "breast_cancer"]
     if os.environ.get("BRACE_MNIST_DIR") and not a.quick:
         datasets += ["mnist16", "mnist64"]
-    t0 = time.perf_counter()
-
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
-
+    log = _bench.Log()
     cl = clustering(methods, seeds, log)
     co = completion(tuple(datasets), methods, cseeds, log)
     t1 = clustering_table(cl, methods)
@@ -661,12 +620,10 @@ def main(argv: list[str] | None = None) -> int:
     print(t2)
     print(f"\nparameters chosen on public data: {json.dumps(cl['params'])} "
           f"{json.dumps(co['params'])}")
-    print(f"threads: {threads_info()}; wall {time.perf_counter() - t0:.0f} s")
-    if a.json:
-        write_json(a.json, {"clustering": cl, "completion": co, "notes": notes,
-                            "seeds": seeds, "completion_seeds": cseeds,
-                            "threads": threads_info(), "versions": versions(),
-                            "wall_s": time.perf_counter() - t0})
+    print(f"threads: {threads_info()}; wall {log.elapsed:.0f} s")
+    _bench.save_json(a.json, {"benchmark": "bench_real", "clustering": cl, "completion": co,
+                              "notes": notes, "seeds": seeds, "completion_seeds": cseeds,
+                              **_bench.environment(), "wall_s": log.elapsed})
     return 0
 
 

@@ -28,60 +28,28 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
-import math
 import os
-import platform
 import sys
 import time
 import tracemalloc
 from typing import Any
 
-_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-def _apply_thread_limit(argv: list[str]) -> None:
-    """``--threads N`` must act before numpy (and its BLAS) is imported."""
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--threads", type=int, default=None)
-    ns, _ = pre.parse_known_args(argv)
-    if ns.threads is not None and ns.threads >= 1:
-        for var in _THREAD_VARS:
-            os.environ[var] = str(ns.threads)
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _bench  # noqa: E402
+from _bench import (  # noqa: E402,F401 (make_bank … are this module's names for its peers)
+    choose_radius,
+    make_bank,
+    make_queries,
+    threads_info,
+)
+from _bench import limit_threads as _apply_thread_limit  # noqa: E402,F401
 
 if __name__ == "__main__":
-    _apply_thread_limit(sys.argv[1:])
+    _bench.limit_threads(sys.argv[1:])
 
 import numpy as np  # noqa: E402
 
-from brace._io import write_json  # noqa: E402
 from brace.memory import LSRMemory  # noqa: E402
-
-
-def make_bank(n: int, d: int, seed: int, components: int = 16) -> np.ndarray:
-    rng = np.random.default_rng([seed, n, d])
-    centres = rng.normal(scale=4.0, size=(components, d))
-    return centres[rng.integers(0, components, size=n)] + rng.normal(size=(n, d))
-
-
-def make_queries(X: np.ndarray, Q: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng([seed, 1, X.shape[0], X.shape[1]])
-    return X[rng.integers(0, X.shape[0], size=Q)] + 0.5 * rng.normal(size=(Q, X.shape[1]))
-
-
-def choose_radius(X: np.ndarray, queries: np.ndarray, frac: float) -> tuple[float, int]:
-    """Median over queries of the distance to the k-th nearest bank point, k = ⌈frac·n⌉."""
-    n = X.shape[0]
-    k = max(1, math.ceil(frac * n))
-    kth = np.empty(queries.shape[0])
-    for i0 in range(0, queries.shape[0], 16):  # 16 × n distances at a time
-        Y = queries[i0 : i0 + 16]
-        d2 = ((X[None, :, :] - Y[:, None, :]) ** 2).sum(-1) if X.shape[1] <= 8 else None
-        if d2 is None:
-            d2 = (Y * Y).sum(1)[:, None] + (X * X).sum(1)[None, :] - 2.0 * Y @ X.T
-        kth[i0 : i0 + 16] = np.partition(d2, k - 1, axis=1)[:, k - 1]
-    return float(np.sqrt(max(np.median(kth), 0.0))), k
 
 
 def baseline_loop(
@@ -114,20 +82,15 @@ def bench_config(
     r, k = choose_radius(X, queries, frac)
 
     mem = LSRMemory(X, radius=r)
-    t0 = time.perf_counter()
-    traj = mem.retrieve(queries, T)  # cold: validates and snapshots the bank
-    cold = time.perf_counter() - t0
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        traj = mem.retrieve(queries, T)
-        times.append(time.perf_counter() - t0)
+    # the first call is cold: it validates and snapshots the bank
+    cold = _bench.timed(lambda: mem.retrieve(queries, T), warmup=0).wall[0]
+    times = _bench.timed(lambda: mem.retrieve(queries, T), repeats, warmup=0).wall
     best = min(times)
 
     tracemalloc.start()
     tracemalloc.reset_peak()
     base_mem = tracemalloc.get_traced_memory()[0]
-    mem.retrieve(queries, T)
+    traj = mem.retrieve(queries, T)
     peak = tracemalloc.get_traced_memory()[1] - base_mem
     tracemalloc.stop()
 
@@ -188,15 +151,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
                 print(f"    n={row['n']} d={row['d']}: {row['loop_queries_timed']}/{row['Q']}")
 
 
-def threads_info() -> str:
-    vals = {v: os.environ.get(v) for v in _THREAD_VARS}
-    set_ = {k: v for k, v in vals.items() if v is not None}
-    return ", ".join(f"{k}={v}" for k, v in set_.items()) or "library default"
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="tiny smoke run (seconds)")
+    p = _bench.parser(__doc__, quick="tiny smoke run (seconds)")
     p.add_argument("--n", type=int, nargs="+", help="bank sizes (default 1e3 1e4 1e5)")
     p.add_argument("--d", type=int, nargs="+", help="dimensions (default 2 64)")
     p.add_argument("--queries", type=int, default=None, help="Q (default 256)")
@@ -206,14 +162,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--baseline-budget", type=float, default=None, help="seconds for the loop (default 3)"
-    )
-    p.add_argument("--json", metavar="PATH", help="write results as JSON (atomically)")
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="BLAS/OpenMP threads (sets OPENBLAS/OMP/MKL_NUM_THREADS before numpy loads; "
-        "default: leave the environment alone)",
     )
     a = p.parse_args(argv)
 
@@ -233,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"LSR retrieval benchmark: Q={Q}, T={T}, best of {rep}, radius = median distance to "
         f"the ceil({a.frac:g}·n)-th nearest bank point; numpy {np.__version__}, "
-        f"python {platform.python_version()}, {os.cpu_count()} CPUs, "
+        f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
         f"threads: {threads_info()}"
     )
     rows = []
@@ -242,30 +190,10 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(bench_config(n, d, Q, T, rep, a.frac, a.seed, budget))
             print(f"  done n={n} d={d}: {rows[-1]['time_s']:.4f} s", file=sys.stderr, flush=True)
     print_table(rows)
-    if a.json:
-        write_json(
-            a.json,
-            {
-                "benchmark": "bench_retrieve",
-                "settings": {
-                    "Q": Q,
-                    "T": T,
-                    "repeats": rep,
-                    "frac": a.frac,
-                    "seed": a.seed,
-                    "baseline_budget_s": budget,
-                    "quick": a.quick,
-                },
-                "environment": {
-                    "numpy": np.__version__,
-                    "python": platform.python_version(),
-                    "cpus": os.cpu_count(),
-                    "threads": threads_info(),
-                },
-                "results": rows,
-            },
-        )
-        print(f"wrote {a.json}")
+    settings = {"Q": Q, "T": T, "repeats": rep, "frac": a.frac, "seed": a.seed,
+                "baseline_budget_s": budget, "quick": a.quick}
+    _bench.save_json(a.json, {"benchmark": "bench_retrieve", "settings": settings,
+                              **_bench.environment(), "results": rows})
     return 0 if all(row["agrees_with_loop"] for row in rows) else 1
 
 

@@ -33,15 +33,14 @@ call, the first included).
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
-import threading
-import time
 from typing import Any
 
-import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _bench  # noqa: E402
+import numpy as np  # noqa: E402
 
 
 def make_bank(n: int, d: int, dtype: str, seed: int = 0, out: Any = None) -> np.ndarray:
@@ -101,73 +100,6 @@ def _sync(device: Any) -> None:
         torch.cuda.synchronize(device)
 
 
-class PeakRSS:
-    """Peak resident set size of this process while the context is open (psutil)."""
-
-    def __enter__(self) -> PeakRSS:
-        import psutil
-
-        self._p = psutil.Process()
-        self.peak = self._p.memory_info().rss
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-        self._t.start()
-        return self
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self._p.memory_info().rss)
-            time.sleep(0.01)
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._t.join()
-        self.peak = max(self.peak, self._p.memory_info().rss)
-
-
-class PeakHeap:
-    """Peak in-use heap bytes (glibc ``mallinfo2``: ``uordblks + hblkhd``) above the level
-    at entry, sampled every 0.2 ms; ``None`` where ``mallinfo2`` is not available."""
-
-    def __enter__(self) -> PeakHeap:
-        import ctypes
-
-        class _MallInfo2(ctypes.Structure):
-            _fields_ = [(f, ctypes.c_size_t) for f in (
-                "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
-                "uordblks", "fordblks", "keepcost")]
-
-        try:
-            fn = ctypes.CDLL("libc.so.6").mallinfo2
-        except (OSError, AttributeError):
-            self._fn, self.extra = None, None
-            return self
-        fn.restype = _MallInfo2
-        self._fn = fn
-        self._base = self.peak = self._now()
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-        self._t.start()
-        return self
-
-    def _now(self) -> int:
-        m = self._fn()
-        return int(m.uordblks + m.hblkhd)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self._now())
-            time.sleep(0.0002)
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._fn is None:
-            return
-        self._stop.set()
-        self._t.join()
-        self.peak = max(self.peak, self._now())
-        self.extra = self.peak - self._base
-
-
 def fresh_bank_memory(X: np.ndarray, q: np.ndarray, r: float, args: Any,
                       device: Any) -> dict[str, Any]:
     """BRACE's extra memory per bank byte on a fresh torch bank: the first call and a
@@ -186,7 +118,7 @@ def fresh_bank_memory(X: np.ndarray, q: np.ndarray, r: float, args: Any,
             torch.cuda.synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
             base = torch.cuda.memory_allocated(device)
-        with PeakHeap() as ph:
+        with _bench.peak_heap() as ph:
             private_retrieve(mem, q, method="brace", epsilon=args.epsilon, delta=1e-5,
                              steps=args.steps, seed=0)
         if cuda:
@@ -204,8 +136,7 @@ def fresh_bank_memory(X: np.ndarray, q: np.ndarray, r: float, args: Any,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true")
+    p = _bench.parser(__doc__, threads=False)
     p.add_argument("--n", type=float, default=None)
     p.add_argument("--d", type=int, default=384)
     p.add_argument("--Q", type=int, default=None)
@@ -217,14 +148,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backend", default="numpy", choices=["numpy", "torch"])
     p.add_argument("--device", default=None, help="torch device (default cuda if available)")
     p.add_argument("--repeats", type=int, default=1)
-    p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     n = int(args.n or (1e5 if args.quick else 1e6))
     Q = args.Q or (256 if args.quick else 1000)
     import psutil
 
     from brace import LSRMemory, private_retrieve
-    from brace._io import write_json
 
     if args.mmap:
         path = os.path.join(args.mmap, f"bank_{n}_{args.d}_{args.dtype}.npy")
@@ -237,8 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         X = make_bank(n, args.d, args.dtype)
     rng = np.random.default_rng(1)
-    q = np.asarray(X[rng.integers(0, n, size=Q)], dtype=np.float64)
-    q += 0.5 * rng.normal(size=q.shape)
+    q = _bench.near_rows(X, Q, rng)
     r = _radius(X, q, 0.01)
     bank_mib = X.nbytes / 2**20
     rss0 = psutil.Process().memory_info().rss / 2**20
@@ -268,16 +196,11 @@ def main(argv: list[str] | None = None) -> int:
                                            steps=args.steps, seed=0)),
     ]
     for label, fn in runs:
-        times = []
         if device is not None and device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        with PeakRSS() as pk:
-            for _ in range(max(1, args.repeats)):
-                _sync(device)
-                t0 = time.perf_counter()
-                fn()
-                _sync(device)
-                times.append(time.perf_counter() - t0)
+        with _bench.peak_rss() as pk:
+            times = _bench.timed(fn, max(1, args.repeats), warmup=0,
+                                 sync=lambda: _sync(device)).wall
         out[f"{label}_s"] = float(np.median(times))
         out[f"{label}_runs_s"] = times
         out[f"{label}_peak_rss_mib"] = pk.peak / 2**20
@@ -297,8 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     if "torch_bruteforce_s" in out:
         out["brace_over_bruteforce"] = out["brace_s"] / out["torch_bruteforce_s"]
         print(f"BRACE / torch brute force = {out['brace_over_bruteforce']:.2f}")
-    if args.json:
-        write_json(args.json, out)
+    _bench.save_json(args.json, {"benchmark": "bench_scale", **_bench.environment(), **out})
     return 0
 
 

@@ -23,30 +23,21 @@ i64 vectors; median of ``--opendp-repeats``). Last, the exact σ² of a secure s
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
-import statistics
 import sys
-import time
 from fractions import Fraction
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_retrieve import (  # noqa: E402
-    _apply_thread_limit,
-    choose_radius,
-    make_bank,
-    make_queries,
-    threads_info,
-)
+import _bench  # noqa: E402
+from _bench import choose_radius, make_bank, make_queries, threads_info  # noqa: E402
 
 if __name__ == "__main__":
-    _apply_thread_limit(sys.argv[1:])
+    _bench.limit_threads(sys.argv[1:])
 
 import numpy as np  # noqa: E402
 
 from brace import LSRMemory, private_retrieve  # noqa: E402
-from brace._io import write_json  # noqa: E402
 from brace.discrete import discrete_gaussian_scale, sample_discrete_gaussian  # noqa: E402
 from brace.secure import SMOOTH_INFLATION, grid_unit, sigma2_params  # noqa: E402
 
@@ -86,14 +77,8 @@ def bench_cell(n: int, d: int, Q: int, T: int, seed: int, repeats: int,
 
 def _medians(fn, repeats: int) -> tuple[float, float]:
     """Median wall-clock and CPU seconds of ``repeats`` calls after one warm-up."""
-    fn()
-    wall, cpu = [], []
-    for _ in range(repeats):
-        t0, c0 = time.perf_counter(), time.process_time()
-        fn()
-        wall.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
-    return statistics.median(wall), statistics.median(cpu)
+    t = _bench.timed(fn, repeats)
+    return t.median, t.cpu_median
 
 
 def bench_sampler(coords: tuple = (16_384, 100_000), log2_sigma: tuple = (20, 30, 45),
@@ -184,8 +169,7 @@ def bench_sigma2(Qs: tuple = (100, 1_000, 10_000), repeats: int = 5) -> list[dic
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--threads", type=int, default=None, help="BLAS threads (before import)")
+    p = _bench.parser(__doc__, quick=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--n", type=int, nargs="+", default=[2_000, 100_000])
     p.add_argument("--d", type=int, nargs="+", default=[64, 384])
@@ -194,7 +178,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5, help="timed calls per cell (median)")
     p.add_argument("--releases", nargs="+", default=[v[0] for v in VARIANTS],
                    choices=[v[0] for v in VARIANTS])
-    p.add_argument("--json", metavar="PATH")
     p.add_argument("--no-sampler", action="store_true", help="skip the sampler's table")
     p.add_argument("--sampler-only", action="store_true",
                    help="time only the exact sampler (not the releases)")
@@ -227,9 +210,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{max(1, min(a.repeats, 3))}), wall (CPU)")
     print(f"{'Q':>6} {'vectorised':>20} {'Fraction loop':>20}")
     sig = bench_sigma2(repeats=a.repeats)
-    if a.json:
-        write_json(a.json, {"rows": rows, "sampler": samp, "sigma2": sig,
-                            "threads": threads_info()})
+    _bench.save_json(a.json, {"benchmark": "bench_secure", "rows": rows, "sampler": samp,
+                              "sigma2": sig, **_bench.environment()})
     return 0
 
 

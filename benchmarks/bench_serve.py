@@ -40,14 +40,11 @@ a 5xx other than a database restart's 503s, a hostile request not a 4xx).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import datetime as _dt
 import http.client
 import json
 import math
 import os
-import platform
 import re
 import signal
 import socket
@@ -56,29 +53,28 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "tests"))
-from bench_retrieve import _apply_thread_limit, choose_radius, make_bank  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _bench  # noqa: E402
+from _bench import choose_radius, make_bank  # noqa: E402
+from _bench import percentile as pct  # noqa: E402
 
 if __name__ == "__main__":
-    _apply_thread_limit(sys.argv[1:])
+    _bench.limit_threads(sys.argv[1:])
 
 import numpy as np  # noqa: E402
 
 import brace  # noqa: E402
-import pgserver  # noqa: E402 (tests/pgserver.py: the throw-away server, free_port)
-from brace._io import write_json  # noqa: E402
-from brace._meta import versions  # noqa: E402
 from brace.accounting.filter import FilterSpec, event_weights  # noqa: E402
 from brace.budget import inspect_ledger  # noqa: E402
 from brace.ledger.backend import ledger_class  # noqa: E402
 from brace.plan import plan_release  # noqa: E402
 from brace.serve.service import load_bank  # noqa: E402
 
+pgserver = _bench.pgserver()  # tests/pgserver.py: the throw-away server, free_port
 ANALYST = "bench-analyst-token-0123456789"
 ADMIN = "bench-admin-token-0123456789ab"
 DELTA_BUDGET = 1e-5
@@ -171,10 +167,6 @@ def retrieve_body(q: np.ndarray, steps: int, eps: float) -> dict[str, Any]:
     return {"queries": q.tolist(), "steps": steps, "epsilon": eps}
 
 
-def pct(xs: list[float], p: float) -> float:
-    return float(np.percentile(np.asarray(xs), p)) if xs else math.nan
-
-
 # --------------------------------------------------------------------------------------
 # 1. overhead
 # --------------------------------------------------------------------------------------
@@ -219,8 +211,7 @@ def overhead(ctx: dict[str, Any], ledgers: dict[str, tuple[str, str]], calls: in
             s.stop()
         for pm in inproc.values():
             pm.close()
-    out = {k: {"p50_ms": 1e3 * pct(v, 50), "p99_ms": 1e3 * pct(v, 99), "calls": len(v)}
-           for k, v in times.items()}
+    out = {k: _bench.latency(v) for k, v in times.items()}
     for name, server in servers.items():
         # the server's own time in PrivateMemory.retrieve, call by call (its debug log):
         # what the client waited beyond it is the HTTP path (parsing, the thread hop,
@@ -261,7 +252,7 @@ def fsync_ms(where: Path, n: int = 50) -> float:
 
 def fresh(X: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """One query near a random bank row (distinct bit for bit: never a repeat)."""
-    return X[rng.integers(0, X.shape[0])][None] + 0.1 * rng.normal(size=(1, X.shape[1]))
+    return _bench.near_rows(X, 1, rng, spread=0.1)
 
 
 # --------------------------------------------------------------------------------------
@@ -355,14 +346,9 @@ def verify(load: Load, ledger: str, budget: float) -> dict[str, Any]:
             db.arrays(r["release_id"])[0], r["outputs"]))
     finally:
         db.close()
-    statuses: dict[str, int] = {}
-    for r in load.records:
-        statuses[str(r["kind"])] = statuses.get(str(r["kind"]), 0) + 1
-    errors: dict[str, int] = {}
-    for r in load.records:
-        if r["kind"] not in (200, 409):
-            key = f"{r['kind']}:{r.get('error')}"
-            errors[key] = errors.get(key, 0) + 1
+    statuses = dict(Counter(str(r["kind"]) for r in load.records))
+    errors = dict(Counter(f"{r['kind']}:{r.get('error')}" for r in load.records
+                          if r["kind"] not in (200, 409)))
     return {
         "ok_200": len(ok), "distinct_ids": len(set(ids)), "repeats": sum(r["repeat"]
                                                                          for r in ok),
@@ -598,8 +584,7 @@ def problems(result: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="a small smoke run (about a minute)")
+    p = _bench.parser(__doc__, quick="a small smoke run (about a minute)")
     p.add_argument("--n", type=int, default=100_000)
     p.add_argument("--d", type=int, default=64)
     p.add_argument("--steps", type=int, default=1)
@@ -611,11 +596,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-pg", action="store_true", help="skip the PostgreSQL parts")
     p.add_argument("--only", nargs="+", choices=("overhead", "load", "kill9", "db-restart",
                                                  "hostile"))
-    p.add_argument("--threads", type=int, default=None,
-                   help="BLAS/OpenMP threads of this process (servers inherit it)")
     p.add_argument("--bank-mode", choices=("copy", "mmap"), default="copy",
                    help="how the servers (and the in-process memories) hold the bank")
-    p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
     Server.bank_mode = args.bank_mode
     if args.quick:
@@ -626,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(0)
     X = make_bank(args.n, args.d, 0)
     np.save(base / "bank.npy", X)
-    queries = X[rng.integers(0, args.n, size=64)] + 0.1 * rng.normal(size=(64, args.d))
+    queries = _bench.near_rows(X, 64, rng, spread=0.1)
     radius, _ = choose_radius(X, queries, 50 / args.n)
     keys = base / "keys"
     keys.write_text(f"bench:{ANALYST}:analyst\nroot:{ADMIN}:admin\n")
@@ -636,86 +618,81 @@ def main(argv: list[str] | None = None) -> int:
                            "bank_mm": load_bank(base / "bank.npy", args.bank_mode),
                            "keys": keys, "dir": base, "steps": args.steps,
                            "eps": args.epsilon, "centre": X[0].copy(), "pg": None}
-    pg = None
-    if not args.no_pg:
-        bindir = pgserver.find_binaries()
-        if bindir is None:
-            print(pgserver.PG_SKIP, file=sys.stderr)
-        else:
-            pg = pgserver.TempPostgres(bindir).start()
-            ctx["pg"] = pg
     result: dict[str, Any] = {
-        "benchmark": "bench_serve", "date": _dt.datetime.now().isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
-        "versions": versions(), "n": args.n, "d": args.d, "steps": args.steps,
+        "benchmark": "bench_serve", "started": _bench.now(), **_bench.environment(),
+        "n": args.n, "d": args.d, "steps": args.steps,
         "epsilon_per_call": args.epsilon, "radius": radius, "bank_mode": args.bank_mode}
-    backends = ["sqlite"] + (["postgresql"] if pg is not None else [])
-    try:
-        if "overhead" in parts:
-            ledgers = {"sqlite": (str(base / "overhead-inproc.db"),
-                                  str(base / "overhead-server.db"))}
-            if pg is not None:
-                ledgers["postgresql"] = (pg.new_schema(f"inproc{os.getpid()}"),
-                                         pg.new_schema(f"server{os.getpid()}"))
-            result["fsync_ms"] = fsync_ms(base)
-            result["overhead"] = overhead(ctx, ledgers, args.overhead_calls)
-            print(json.dumps(result["overhead"], indent=1), flush=True)
-        runs = []
-        for backend in backends:
-            if "load" in parts:
-                for c in args.clients:
-                    runs.append(scenario(ctx, backend, c, None, args.calls,
-                                         args.time_limit))
-                    print(json.dumps(runs[-1]), flush=True)
-            if "kill9" in parts:
-                runs.append(scenario(ctx, backend, max(args.clients), "kill9", args.calls,
-                                     args.time_limit))
-                print(json.dumps(runs[-1]), flush=True)
-        if "db-restart" in parts and pg is not None:
-            runs.append(scenario(ctx, "postgresql", max(args.clients), "db-restart",
-                                 args.calls, args.time_limit))
-            print(json.dumps(runs[-1]), flush=True)
-        result["runs"] = runs
-        if "hostile" in parts:
-            result["hostile"] = hostile(ctx)
-            for h in result["hostile"]:
-                print(f"  {h['status']:>4}  {h['request']:<34} {h['message']}")
-    finally:
-        if pg is not None:
-            pg.cleanup()
+    with _bench.temp_postgres(not args.no_pg) as pg:
+        ctx["pg"] = pg
+        run_parts(ctx, args, parts, result)
     report(result)
-    if args.json:
-        write_json(args.json, result)
+    _bench.save_json(args.json, result)
     failed = problems(result)
     for line in failed:
         print(f"FAILED: {line}", file=sys.stderr)
     return 1 if failed else 0
 
 
+def run_parts(ctx: dict[str, Any], args: Any, parts: set[str], result: dict[str, Any]
+              ) -> None:
+    """The parts asked for, into ``result`` (printed as they finish)."""
+    base, pg = ctx["dir"], ctx["pg"]
+    backends = ["sqlite"] + (["postgresql"] if pg is not None else [])
+    if "overhead" in parts:
+        ledgers = {"sqlite": (str(base / "overhead-inproc.db"),
+                              str(base / "overhead-server.db"))}
+        if pg is not None:
+            ledgers["postgresql"] = (pg.new_schema(f"inproc{os.getpid()}"),
+                                     pg.new_schema(f"server{os.getpid()}"))
+        result["fsync_ms"] = fsync_ms(base)
+        result["overhead"] = overhead(ctx, ledgers, args.overhead_calls)
+        print(json.dumps(result["overhead"], indent=1), flush=True)
+    runs = []
+    for backend in backends:
+        if "load" in parts:
+            for c in args.clients:
+                runs.append(scenario(ctx, backend, c, None, args.calls,
+                                     args.time_limit))
+                print(json.dumps(runs[-1]), flush=True)
+        if "kill9" in parts:
+            runs.append(scenario(ctx, backend, max(args.clients), "kill9", args.calls,
+                                 args.time_limit))
+            print(json.dumps(runs[-1]), flush=True)
+    if "db-restart" in parts and pg is not None:
+        runs.append(scenario(ctx, "postgresql", max(args.clients), "db-restart",
+                             args.calls, args.time_limit))
+        print(json.dumps(runs[-1]), flush=True)
+    result["runs"] = runs
+    if "hostile" in parts:
+        result["hostile"] = hostile(ctx)
+        for h in result["hostile"]:
+            print(f"  {h['status']:>4}  {h['request']:<34} {h['message']}")
+
+
 def report(result: dict[str, Any]) -> None:
     if "overhead" in result:
-        print("\n| path | p50 ms | p99 ms | p50 − in-process without a ledger | paired "
-              "overhead p50 | HTTP path p50 (p99) |")
-        print("|---|---|---|---|---|---|")
+        rows = []
         for k, v in result["overhead"].items():
             extra = v.get("overhead_vs_no_ledger_ms", v.get("ledger_overhead_ms"))
             paired = v.get("paired_overhead_p50_ms")
-            path = (f"{v['http_path_p50_ms']:.2f} ({v['http_path_p99_ms']:.2f}) ms"
-                    if "http_path_p50_ms" in v else "")
-            print(f"| {k} | {v['p50_ms']:.1f} | {v['p99_ms']:.1f} | "
-                  + ("" if extra is None else f"{extra:+.1f} ms") + " | "
-                  + ("" if paired is None else f"{paired:+.2f} ms") + f" | {path} |")
+            rows.append((k, f"{v['p50_ms']:.1f}", f"{v['p99_ms']:.1f}",
+                         "" if extra is None else f"{extra:+.1f} ms",
+                         "" if paired is None else f"{paired:+.2f} ms",
+                         f"{v['http_path_p50_ms']:.2f} ({v['http_path_p99_ms']:.2f}) ms"
+                         if "http_path_p50_ms" in v else ""))
+        print("\n" + _bench.markdown(("path", "p50 ms", "p99 ms", "p50 − in-process without "
+                                      "a ledger", "paired overhead p50",
+                                      "HTTP path p50 (p99)"), rows))
         print(f"(fsync of this disk: median {result['fsync_ms']:.2f} ms)")
     if result.get("runs"):
-        print("\n| ledger | clients | fault | 200s | 409s | 5xx | throughput /s | p50 ms "
-              "| p99 ms | spent / budget | recorded not received | unrecorded 200s |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-        for r in result["runs"]:
-            print(f"| {r['backend']} | {r['clients']} | {r['fault'] or '-'} | {r['ok_200']} "
-                  f"| {r['statuses'].get('409', 0)} | {r['any_5xx']} | "
-                  f"{r['throughput_per_s']:.2f} | {r['p50_ms']:.0f} | {r['p99_ms']:.0f} | "
-                  f"{r['spent']:.3f} / {r['budget']:.3f} | {r['recorded_not_received']} | "
-                  f"{r['unrecorded_or_mismatched_200']} |")
+        rows = [(r["backend"], r["clients"], r["fault"] or "-", r["ok_200"],
+                 r["statuses"].get("409", 0), r["any_5xx"], f"{r['throughput_per_s']:.2f}",
+                 f"{r['p50_ms']:.0f}", f"{r['p99_ms']:.0f}",
+                 f"{r['spent']:.3f} / {r['budget']:.3f}", r["recorded_not_received"],
+                 r["unrecorded_or_mismatched_200"]) for r in result["runs"]]
+        print("\n" + _bench.markdown(("ledger", "clients", "fault", "200s", "409s", "5xx",
+                                      "throughput /s", "p50 ms", "p99 ms", "spent / budget",
+                                      "recorded not received", "unrecorded 200s"), rows))
 
 
 if __name__ == "__main__":

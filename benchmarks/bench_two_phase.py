@@ -18,7 +18,6 @@ compared across versions; the added transaction alone is the sharper figure.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -27,9 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _bench  # noqa: E402
+import numpy as np  # noqa: E402
 
 import brace  # noqa: E402
 
@@ -104,25 +103,24 @@ def extra_transaction(ledger: Any, X: np.ndarray, calls: int) -> dict[str, Any]:
 
 def timed_calls_on(pm: Any, X: np.ndarray, calls: int, warm: int, seed: int
                    ) -> list[float]:
+    """Seconds of each of ``calls`` calls after ``warm`` untimed ones (fresh queries)."""
     rng = np.random.default_rng(seed)
     out = []
     for i in range(warm + calls):
-        q = X[rng.integers(0, X.shape[0], size=2)] + rng.normal(size=(2, X.shape[1])) * 1e-3
+        q = _bench.near_rows(X, 2, rng, spread=1e-3)
         t0 = time.perf_counter()
         pm.retrieve(q, steps=2, epsilon=1.0, delta=1e-7, seed=i, fresh=True)
         if i >= warm:
-            out.append(1e3 * (time.perf_counter() - t0))
+            out.append(time.perf_counter() - t0)
     return out
 
 
-def summary(ms: list[float]) -> dict[str, float]:
-    a = np.asarray(ms)
-    return {"p50_ms": float(np.median(a)), "p90_ms": float(np.percentile(a, 90)),
-            "calls": int(a.size)}
+def summary(seconds: list[float]) -> dict[str, float]:
+    return _bench.latency(seconds, (50, 90))
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = _bench.parser(__doc__, quick=None, threads=False)
     p.add_argument("--calls", type=int, default=150)
     p.add_argument("--warm", type=int, default=10)
     p.add_argument("--n", type=int, default=2000)
@@ -131,7 +129,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-pg", action="store_true", help="skip PostgreSQL")
     p.add_argument("--phases", action="store_true",
                    help="also time the two transactions of a call apart (this version)")
-    p.add_argument("--out", metavar="PATH", help="write the results as JSON")
     a = p.parse_args(argv)
     X = np.random.default_rng(a.seed).normal(size=(a.n, a.d))
     res: dict[str, Any] = {"brace": brace.__file__, "n": a.n, "d": a.d}
@@ -142,34 +139,20 @@ def main(argv: list[str] | None = None) -> int:
         if a.phases:
             res["sqlite"].update(phase_costs(Path(tmp) / "p.db", X, a.calls, a.seed))
             res["sqlite"].update(extra_transaction(Path(tmp) / "e.db", X, a.calls))
-    server = None
-    if not a.no_pg:
-        import pgserver
-
-        bindir = pgserver.find_binaries()
-        try:
-            import psycopg  # noqa: F401
-        except ImportError:
-            bindir = None
-        if bindir is not None:
-            server = pgserver.TempPostgres(bindir).start()
-            try:
-                url = server.new_schema(f"bench{os.getpid()}")
-                res["postgresql"] = summary(timed_calls(url, X, a.calls, a.warm, a.seed))
-                if a.phases:
-                    url = server.new_schema(f"phases{os.getpid()}")
-                    res["postgresql"].update(phase_costs(url, X, a.calls, a.seed))
-                    url = server.new_schema(f"extra{os.getpid()}")
-                    res["postgresql"].update(extra_transaction(url, X, a.calls))
-            finally:
-                server.cleanup()
+    with _bench.temp_postgres(not a.no_pg) as server:
+        if server is not None:
+            url = server.new_schema(f"bench{os.getpid()}")
+            res["postgresql"] = summary(timed_calls(url, X, a.calls, a.warm, a.seed))
+            if a.phases:
+                url = server.new_schema(f"phases{os.getpid()}")
+                res["postgresql"].update(phase_costs(url, X, a.calls, a.seed))
+                url = server.new_schema(f"extra{os.getpid()}")
+                res["postgresql"].update(extra_transaction(url, X, a.calls))
     for k in ("sqlite", "postgresql"):
         if k in res:
             res[k]["ledger_p50_ms"] = res[k]["p50_ms"] - res["memory"]["p50_ms"]
-    text = json.dumps(res, indent=1)
-    print(text)
-    if a.out:
-        Path(a.out).write_text(text)
+    print(json.dumps(res, indent=1))
+    _bench.save_json(a.json, {"benchmark": "bench_two_phase", **_bench.environment(), **res})
     return 0
 
 

@@ -24,19 +24,21 @@ than 1.05× global.
 
 from __future__ import annotations
 
-import argparse
 import math
+import os
+import sys
 import time
 from pathlib import Path
 
-import numpy as np
-from threadpoolctl import threadpool_limits
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _bench  # noqa: E402
+import numpy as np  # noqa: E402
+from threadpoolctl import threadpool_limits  # noqa: E402
 
-from brace import LSRMemory, private_retrieve
-from brace._io import write_json
-from brace._meta import metadata
-from brace.accounting import calibrate_rho
-from brace.policy import choose_gamma_for_gates
+from brace import LSRMemory, private_retrieve  # noqa: E402
+from brace.accounting import calibrate_rho  # noqa: E402
+from brace.experiments._common import pyplot, save_figure  # noqa: E402
+from brace.policy import choose_gamma_for_gates  # noqa: E402
 
 FULL = dict(eps=(0.5, 1, 2, 4, 8, 16, 64, 128), dims=(2, 64, 384), gates=(10, 100, 1000, 10000),
             steps=(1, 3, 5))
@@ -119,11 +121,7 @@ def summarise(rows: list[dict]) -> dict:
 
 
 def figure(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     dims = sorted({r["dim"] for r in rows})
     fig, axes = plt.subplots(1, len(dims), figsize=(4.2 * len(dims), 3.6), squeeze=False)
     for ax, d in zip(axes[0], dims, strict=True):
@@ -145,15 +143,11 @@ def figure(rows: list[dict], path: Path) -> None:
     axes[0][0].set_ylabel("step-1 noise std / oracle")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    save_figure(fig, path)
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="a small subset of the grid")
+    p = _bench.parser(__doc__, quick="a small subset of the grid", threads=False, json=False)
     p.add_argument("--medium", action="store_true", help="the full grid at T = 3 only")
     p.add_argument("--draws", type=int, default=40, help="releases per cell (default 40)")
     p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
@@ -167,14 +161,14 @@ def main() -> None:
     with threadpool_limits(a.threads):
         rows = run(grid, a.draws, a.seed)
     summary = summarise(rows)
-    write_json(a.out / "utility.json", {**metadata({"grid": grid, "draws": a.draws,
-                                                     "seed": a.seed, "n": N, "radius": R,
-                                                     "delta": DELTA}),
-                                        "rows": rows, "summary": summary,
-                                        "wall_time_s": time.perf_counter() - t0})
+    _bench.save_json(a.out / "utility.json", {
+        "benchmark": "bench_utility", **_bench.environment(),
+        "config": {"grid": grid, "draws": a.draws, "seed": a.seed, "n": N, "radius": R,
+                   "delta": DELTA, "threads": a.threads},
+        "rows": rows, "summary": summary, "wall_time_s": time.perf_counter() - t0})
     figure(rows, a.out / "utility.png")
     print(summary)
-    print(f"wrote {a.out / 'utility.json'} and utility.png")
+    print(f"wrote {a.out / 'utility.png'}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,6 @@ direct δ of 1e-5 (ε = ∞ at δ = 1e-5) and its filter refuses from the 500th 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import os
 import sys
 import time
@@ -58,16 +57,15 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_retrieve import _apply_thread_limit, choose_radius, threads_info  # noqa: E402
+import _bench  # noqa: E402
+from _bench import threads_info  # noqa: E402
 
 if __name__ == "__main__":
-    _apply_thread_limit(sys.argv[1:])
+    _bench.limit_threads(sys.argv[1:])
 
 import numpy as np  # noqa: E402
 
 import brace  # noqa: E402
-from brace._io import write_json  # noqa: E402
-from brace._meta import versions  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 MNIST_DEFAULT = REPO.parent / "shared" / "data" / "mnist"
@@ -99,12 +97,6 @@ class Workload:
 # ------------------------------------------------------------------------- workloads
 
 
-def _pilot_radius(X: np.ndarray, pilot: np.ndarray, gate: int) -> tuple[float, float]:
-    r, _ = choose_radius(X, pilot, gate / X.shape[0])
-    g = brace.LSRMemory(X, radius=r).gate(pilot, counts=True)
-    return r, float(np.median(g))
-
-
 def mnist_workload(m: int, cfg: Config, rng: np.random.Generator,
                    data_dir: Path) -> Workload:
     from brace.experiments.mnist_data import load_mnist_test
@@ -124,7 +116,7 @@ def mnist_workload(m: int, cfg: Config, rng: np.random.Generator,
         return (np.clip(x, 0.0, 1.0) - mean) @ comps.T
 
     X = (pix[bank] - mean) @ comps.T
-    r, g = _pilot_radius(X, corrupt(256), cfg.gate)
+    r, g = _bench.pilot_radius(X, corrupt(256), cfg.gate)
     info = {"source": str(data_dir), "pca_fit_images": 1000, "bank_images": 8000,
             "query_images": 1000, "pca_dim": 32,
             "pca_explained": float((s[:32] ** 2).sum() / (s ** 2).sum()),
@@ -143,7 +135,7 @@ def clusters_workload(m: int, cfg: Config, rng: np.random.Generator,
         return C[rng.integers(0, k, size=j)] + rng.normal(size=(j, d))
 
     dc = np.sqrt(((C[:, None] - C[None]) ** 2).sum(-1))
-    r, g = _pilot_radius(X, ask(256), cfg.gate)
+    r, g = _bench.pilot_radius(X, ask(256), cfg.gate)
     info = {"clusters": k, "d": d, "n": n, "centre_scale": scale, "spread": 1.0,
             "min_centre_distance": float(dc[np.triu_indices(k, 1)].min()),
             "median_gate_pilot": g,
@@ -265,9 +257,7 @@ def _cell(points: list[dict], Q: int) -> float | None:
 
 
 def table(results: dict) -> str:
-    lines = ["| workload | Q | total ε, global | total ε, local | global / local | answered "
-             "within (8, 1e-5), global | local | local / global |",
-             "|---|---|---|---|---|---|---|---|"]
+    rows = []
     for name, res in results.items():
         bg, bl = res["global"]["budget"], res["local"]["budget"]
         shown = [Q for Q in (10, 100, 1000, 10_000) if Q <= res["max_queries"]]
@@ -284,8 +274,10 @@ def table(results: dict) -> str:
             else:
                 nl = min(Q, bl["answered"])
                 nl_s, r_s = str(nl), (f"{nl / ng:.1f}×" if ng else "∞")
-            lines.append(f"| {name} | {Q} | {fg} | {fl} | {ratio} | {ng} | {nl_s} | {r_s} |")
-    return "\n".join(lines)
+            rows.append((name, Q, fg, fl, ratio, ng, nl_s, r_s))
+    return _bench.markdown(("workload", "Q", "total ε, global", "total ε, local",
+                            "global / local", "answered within (8, 1e-5), global", "local",
+                            "local / global"), rows)
 
 
 def figure(results: dict, path: Path, cfg: Config) -> None:
@@ -329,9 +321,8 @@ def _per_workload(p: argparse.ArgumentParser, vals: list[int] | None, names: lis
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true",
-                   help="up to 1,000 queries on mnist, 500 on clusters, 200 on mixture")
+    p = _bench.parser(
+        __doc__, quick="up to 1,000 queries on mnist, 500 on clusters, 200 on mixture")
     p.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
     p.add_argument("--max-queries", type=int, nargs="+", metavar="Q",
                    help="largest Q, global accounting (one value or one per workload)")
@@ -346,10 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=Config.seed)
     p.add_argument("--data-dir", help="MNIST directory (default $BRACE_MNIST_DIR, else "
                    f"{MNIST_DEFAULT})")
-    p.add_argument("--out", metavar="JSON", help="write config, versions and results")
     p.add_argument("--figure", metavar="PNG", help="total ε vs Q, one panel per workload")
-    p.add_argument("--threads", type=int, default=None,
-                   help="BLAS/OpenMP threads (set before numpy loads)")
     a = p.parse_args(argv)
     if a.batch < 1 or a.clusters < 2:
         p.error("--batch must be >= 1 and --clusters >= 2")
@@ -366,10 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     loc = _per_workload(p, a.max_local, a.workloads, base_local, "--max-local")
     data_dir = Path(a.data_dir or os.environ.get("BRACE_MNIST_DIR") or MNIST_DEFAULT)
 
-    def log(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
-    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    log = _bench.Log()
+    started = _bench.now()
     t_all = time.perf_counter()
     results: dict[str, Any] = {}
     for wi, name in enumerate(WORKLOADS):
@@ -398,18 +384,15 @@ def main(argv: list[str] | None = None) -> int:
           f"1e-5 (budget {SPEND_BUDGET}); answered within {BUDGET}; threads: "
           f"{threads_info()}; {wall:.0f} s")
     print(table(results))
-    if a.out:
-        write_json(a.out, {
-            "benchmark": "bench_workload", "started": started, "wall_s": wall,
-            "config": {**asdict(cfg), "method": "brace", "release": "default",
-                       "spend_budget": list(SPEND_BUDGET), "budget": list(BUDGET),
-                       "grid": list(GRID), "quick": a.quick, "clusters": a.clusters,
-                       "max_queries": {w: glob[w] for w in a.workloads},
-                       "max_local": {w: loc[w] for w in a.workloads}},
-            "versions": versions(), "cpus": os.cpu_count(), "threads": threads_info(),
-            "results": results,
-        })
-        print(f"wrote {a.out}")
+    _bench.save_json(a.json, {
+        "benchmark": "bench_workload", "started": started, "wall_s": wall,
+        "config": {**asdict(cfg), "method": "brace", "release": "default",
+                   "spend_budget": list(SPEND_BUDGET), "budget": list(BUDGET),
+                   "grid": list(GRID), "quick": a.quick, "clusters": a.clusters,
+                   "max_queries": {w: glob[w] for w in a.workloads},
+                   "max_local": {w: loc[w] for w in a.workloads}},
+        **_bench.environment(), "results": results,
+    })
     if a.figure:
         figure(results, Path(a.figure), cfg)
         print(f"wrote {a.figure}")

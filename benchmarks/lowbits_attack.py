@@ -293,6 +293,11 @@ def consistent_secure(outputs: np.ndarray, grid: np.ndarray) -> np.ndarray:
     return np.all((k == np.rint(k)) & (np.abs(k) < 2.0**52), axis=(1, 2))
 
 
+def _only(this: str, other: str, doc: str) -> property:
+    """The mask ``this & ~other``: where the first of two masks holds and the other not."""
+    return property(lambda v: getattr(v, this) & ~getattr(v, other), doc=doc)
+
+
 @dataclass(frozen=True)
 class Verdict:
     """Per query of a release against banks A and B: ``consistent_*`` — every coordinate
@@ -306,22 +311,12 @@ class Verdict:
     reachable_a: np.ndarray
     reachable_b: np.ndarray
 
-    @property
-    def identified_a(self) -> np.ndarray:
-        return self.consistent_a & ~self.consistent_b
-
-    @property
-    def identified_b(self) -> np.ndarray:
-        return self.consistent_b & ~self.consistent_a
-
-    @property
-    def identified_any_a(self) -> np.ndarray:
-        """Identified from the arithmetic alone (any double ξ)."""
-        return self.reachable_a & ~self.reachable_b
-
-    @property
-    def identified_any_b(self) -> np.ndarray:
-        return self.reachable_b & ~self.reachable_a
+    identified_a = _only("consistent_a", "consistent_b", "Identified as A by the attack.")
+    identified_b = _only("consistent_b", "consistent_a", "Identified as B by the attack.")
+    identified_any_a = _only("reachable_a", "reachable_b",
+                             "Identified as A from the arithmetic alone (any double ξ).")
+    identified_any_b = _only("reachable_b", "reachable_a",
+                             "Identified as B from the arithmetic alone (any double ξ).")
 
 
 def neighbour_banks(d: int, *, n: int = 100, radius: float = 1.0, offset: float = 0.0,
