@@ -637,3 +637,25 @@ def test_the_server_holds_an_immutable_copy_of_the_bank_or_a_map(tmp_path, bank)
     with pytest.raises(ValueError, match="bank mode must be one of"):
         load_bank(config.bank, "copy-on-write")
     assert ServeConfig.from_json(config.to_json()) == config
+
+
+def test_a_ledger_lost_while_recording_is_a_503_that_says_the_charge_stands():
+    """The database going away after admission (the completion's transaction) is the
+    ledger's unavailability, answered 503 with Retry-After, and says the budget was
+    charged — not a 500, and never "nothing spent"."""
+    from brace.budget import AdmittedCallFailed
+    from brace.ledger.backend import LedgerUnavailable
+    from brace.serve.app import _response_for
+
+    try:
+        try:
+            raise LedgerUnavailable("connection lost")
+        except LedgerUnavailable as cause:
+            raise AdmittedCallFailed("charged") from cause
+    except AdmittedCallFailed as exc:
+        r = _response_for(exc, "retrieve")
+    body = json.loads(r.body)
+    assert r.status_code == 503 and r.headers["Retry-After"] == "2"
+    assert body["error"] == "ledger_unavailable" and "was charged" in body["message"]
+    r = _response_for(AdmittedCallFailed("charged"), "retrieve")  # any other cause: 500
+    assert r.status_code == 500 and "was charged" in json.loads(r.body)["message"]

@@ -106,6 +106,13 @@ def _response_for(exc: BaseException, route: str, admin: bool = False) -> JSONRe
     if isinstance(exc, ValueError | TypeError) and not isinstance(exc, ReleaseFailed):
         return _error(422, "invalid_request", str(exc))
     ref = uuid.uuid4().hex[:12]
+    if isinstance(exc, AdmittedCallFailed) and isinstance(exc.__cause__, LedgerUnavailable):
+        # the database went away while the release was recorded: its charge stands
+        log.warning("%s [%s]: ledger unavailable after admission (charged): %s", route,
+                    ref, exc.__cause__)
+        return _error(503, "ledger_unavailable", "the ledger's database became unavailable "
+                      "while the release was recorded; the call's budget was charged, "
+                      "nothing was released. Retry when it is back.", {"Retry-After": "2"})
     if isinstance(exc, AdmittedCallFailed):  # admitted, charged, then failed
         log.error("%s [%s]: failed after admission (charged)", route, ref,
                   exc_info=exc.__cause__ or exc)
