@@ -6,7 +6,6 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from .._validation import check_int_at_least, check_positive
 
@@ -36,6 +35,8 @@ def clopper_pearson_upper(k: Any, n: Any, alpha: float) -> np.ndarray:
     if np.any(n < 1) or np.any(k < 0) or np.any(k > n):
         raise ValueError(f"clopper_pearson_upper needs 0 <= k <= n and n >= 1; got k={k}, n={n}.")
     full = k >= n
+    from scipy import stats  # lazy: scipy.stats is most of the CLI's start-up
+
     out = stats.beta.ppf(1.0 - a, k + 1.0, np.where(full, 1.0, n - k))
     return np.where(full, 1.0, out)
 
