@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from brace import BudgetExceededError, PrivateMemory, Synopsis, private_synopsis
 from brace import projection as pj
 from brace import seeding as sd
+from edgerows import moved_row  # noqa: E402 (tests/, on the path)
 
 
 def _subspace_clusters(n: int = 2000, d: int = 40, seed: int = 0):
@@ -411,12 +412,5 @@ def test_moments_sensitivity_holds_at_the_range_extremes(seed, d, n, size, cp_at
     bits = pj.moments_bits(n, float(rng.uniform(1e-6, 1e3)))
     assert (clip * 2.0**-bits) ** 2 > 2.0**-1022  # g² is normal
     X = domain.clip(mean + rng.normal(size=(n, d)) * clip)
-    u = rng.normal(size=d)
-    u /= np.linalg.norm(u)
-    Xp = X.copy()
-    Xp[int(rng.integers(0, n))] = {
-        "inside": mean + clip * float(rng.uniform(0, 1)) * u,
-        "sphere": mean + clip * (1 + float(rng.choice([-1, 0, 1])) * 1e-15) * u,
-        "outside": mean + clip * float(rng.uniform(1, 5)) * u,
-        "far": mean + 1e250 * u, "subnormal": np.full(d, 5e-324)}[where]
+    Xp = moved_row(X, rng, mean, clip, where)
     assert _exact_change(X, Xp, domain, mean, clip, bits) <= 2 * 16**bits

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import brace
 from brace import BudgetExceededError, PrivateMemory, Synopsis, private_synopsis
 from brace import seeding as sd
+from edgerows import moved_row  # noqa: E402 (tests/, on the path)
 
 
 def _clusters(n: int = 1200, d: int = 16, k: int = 4, seed: int = 0):
@@ -482,13 +483,6 @@ def test_voronoi_round_sensitivity_holds_at_the_range_extremes(seed, k, d, n, si
     c = C[int(rng.integers(0, k))]
     X = domain.clip(c + rng.normal(size=(n, d)) * clip)
     unit = sd.voronoi_unit(clip, n, float(rng.uniform(1e-6, 1e3)))
-    u = rng.normal(size=d)
-    u /= np.linalg.norm(u)
-    Xp = X.copy()
-    Xp[int(rng.integers(0, n))] = {
-        "inside": c + clip * float(rng.uniform(0, 1)) * u,
-        "sphere": c + clip * (1 + float(rng.choice([-1, 0, 1])) * 1e-15) * u,
-        "outside": c + clip * float(rng.uniform(1, 5)) * u,
-        "far": c + 1e250 * u, "subnormal": np.full(d, 5e-324)}[where]
+    Xp = moved_row(X, rng, c, clip, where)
     bound = sd.voronoi_sensitivity(clip, unit, d) / unit
     assert _moved_units(X, Xp, C, clip, unit, domain) <= bound

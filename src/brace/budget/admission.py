@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from .. import accounting as acc_events
+from .._validation import check_privacy_epsilon
 from ..accounting import eps_from_rho_delta
 from ..accounting.filter import ROUNDING, K, convert
 from ..footprints import reserved_radius, reserved_steps
@@ -168,6 +169,17 @@ class Admission:
         fp = reserved_steps(plan, q)  # a public ball per step, before the bank is read
         return (fp.centres, fp.radii,
                 np.broadcast_to(weights(plan.spent.step_event), (len(fp), K + 1)))
+
+    def _snapshot_total(self, epsilon: Any) -> float:
+        """What a snapshot may spend: ``epsilon`` (checked as a ledger records it), or all
+        that remains when None; refused (nothing spent) when nothing remains."""
+        total = (max(0.0, self._budget[0] - convert(self._worst(()), self._budget[1]))
+                 if epsilon is None else check_privacy_epsilon(epsilon))
+        if total <= 0.0:
+            raise BudgetExceededError(
+                "no budget remains for a snapshot. Nothing was released or spent.",
+                spent=self._budget[0], remaining=0.0, requested_total=math.inf)
+        return total
 
     def _after_admission(self, fn: Any, /, *args: Any, **kw: Any) -> Any:
         """``fn(*args, **kw)``: a part of an admitted call that reads the bank (a hook:

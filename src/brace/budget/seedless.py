@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import accounting as acc_events
 from .. import ledger as _ledger
-from .._validation import check_epsilon, check_privacy_epsilon
+from .._validation import check_epsilon
 from ..accounting.filter import convert
 from ..ledger.state import weights
 from ..projection import ProjectionPlan, check_project, private_projected_seeds
@@ -54,12 +54,7 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
     c0 = domain.centre
     with pm._locked():
         with pm._admission():  # phase 1: priced, charged (pending), committed
-            total = (max(0.0, pm._budget[0] - convert(pm._worst(()), b_delta))
-                     if epsilon is None else check_privacy_epsilon(epsilon))
-            if total <= 0.0:
-                raise BudgetExceededError(
-                    "no budget remains for a snapshot. Nothing was released or spent.",
-                    spent=pm._budget[0], remaining=0.0, requested_total=math.inf)
+            total = pm._snapshot_total(epsilon)
 
             def make(rho: float) -> Any:
                 if project is None:

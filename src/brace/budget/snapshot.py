@@ -19,7 +19,6 @@ from .._validation import (
     check_epsilon,
     check_nonnegative,
     check_privacy_delta,
-    check_privacy_epsilon,
     check_steps,
     rng_and_record,
 )
@@ -219,12 +218,7 @@ class Snapshots:
         rng, seed_record = rng_and_record(seed)  # a seed is recorded only if passed
         with self._locked():
             with self._admission():  # phase 1: priced, charged (pending), committed
-                total = (max(0.0, self._budget[0] - convert(self._worst(()), b_delta))
-                         if epsilon is None else check_privacy_epsilon(epsilon))
-                if total <= 0.0:
-                    raise BudgetExceededError(
-                        "no budget remains for a snapshot. Nothing was released or spent.",
-                        spent=self._budget[0], remaining=0.0, requested_total=math.inf)
+                total = self._snapshot_total(epsilon)
                 hc, hr = np.mean(S, axis=0), _cells_radius(S, T, R, r, rc)
 
                 def cells(rho: float) -> tuple:

@@ -90,27 +90,15 @@ class RealConfig:
     quick: bool = False
 
     def __post_init__(self) -> None:
-        _nonempty_unique("datasets", self.datasets)
-        for name in self.datasets:
-            if name not in NAMES:
-                raise ValueError(f"datasets: unknown data set {name!r}; expected some of "
-                                 f"{', '.join(NAMES)}.")
+        _one_of("datasets", "data set", self.datasets, NAMES)
         _nonempty_unique("workloads", self.workloads)
         for q in self.workloads:
             check_int_at_least("workloads", q, 1)
         _nonempty_unique("epsilons", self.epsilons)
         for e in self.epsilons:
             check_positive("epsilons", e)
-        _nonempty_unique("methods", self.methods)
-        for m in self.methods:
-            if m not in METHODS:
-                raise ValueError(f"methods: unknown method {m!r}; expected some of "
-                                 f"{', '.join(METHODS)}.")
-        _nonempty_unique("settings", self.settings)
-        for st_ in self.settings:
-            if st_ not in SETTINGS:
-                raise ValueError(f"settings: unknown setting {st_!r}; expected some of "
-                                 f"{', '.join(SETTINGS)}.")
+        _one_of("methods", "method", self.methods, METHODS)
+        _one_of("settings", "setting", self.settings, SETTINGS)
         check_delta(self.delta)
         if self.steps is not None:
             check_int_at_least("steps", self.steps, 1)
@@ -138,6 +126,15 @@ def _nonempty_unique(name: str, values: Any) -> None:
         raise ValueError(f"{name} must be a non-empty tuple; got {values!r}.")
     if len(set(values)) != len(values):
         raise ValueError(f"{name} holds duplicates: {values!r}.")
+
+
+def _one_of(name: str, what: str, values: Any, allowed: tuple) -> None:
+    """``values``: a non-empty tuple without duplicates, each one of ``allowed``."""
+    _nonempty_unique(name, values)
+    for v in values:
+        if v not in allowed:
+            raise ValueError(f"{name}: unknown {what} {v!r}; expected some of "
+                             f"{', '.join(allowed)}.")
 
 
 #: ``--quick``: Q ∈ {10, 100}, ε_total ∈ {1, 8}, R = 1, 20 scored queries per cell.
