@@ -254,8 +254,8 @@ def test_projected_snapshot_is_charged_once_refused_beyond_and_recorded(tmp_path
         assert sum(plan.events()) == pytest.approx(syn.params["rho"])
         kinds = [r["params"]["kind"] for r in pm.releases]
         assert kinds == (["centre", "radii", "moments", "centre", "radii"]
-                         + ["voronoi", "radii"] * 2 + ["voronoi"])
-        assert [r["params"].get("space") for r in pm.releases][3:] == ["projected"] * 7
+                         + ["voronoi", "radii"] * 2 + ["voronoi", "pairs"])
+        assert [r["params"].get("space") for r in pm.releases][3:] == ["projected"] * 8
         assert pm.releases[2]["queries"] == 12 and pm.releases[2]["steps"] == 1
         assert pm.spent_at(np.full((1, 12), 1e6))[0] == pytest.approx(pm.spent)
         with pytest.raises(BudgetExceededError, match="Nothing was released or spent"):

@@ -394,6 +394,34 @@ class Synopsis:
         p, _ = check_queries(points, self.attractors.shape[1], name="points")
         return cKDTree(self.attractors).query(p)[1].astype(np.int64)
 
+    def clusters(self, k: int | None = None) -> np.ndarray:
+        """``(K,)`` int: the cluster of each attractor (post-processing: free).
+
+        Without ``k``: the attractors merged by the released pair counts
+        (``params["pairs"]``, a synopsis without public data:
+        ``docs/privacy-accounting.md`` §15.2, :func:`brace.merging.merge_labels`); a
+        synopsis without them (public seeds, or saved before §15.2) keeps each attractor
+        its own cluster. With ``k`` (the number of clusters, if you know it): weighted
+        k-means of the attractors to ``min(k, K)`` groups
+        (:func:`brace.merging.kmeans_labels`)."""
+        from .merging import kmeans_labels, merge_labels
+
+        K = self.n_attractors
+        if k is not None:
+            if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+                raise ValueError(f"k must be an int >= 1 (the number of clusters); got "
+                                 f"{k!r}.")
+            return kmeans_labels(self.attractors, self.counts, int(k))
+        pairs = self.params.get("pairs")
+        if pairs is None:
+            return np.arange(K, dtype=np.int64)
+        return merge_labels(self.counts, pairs, float(self.params["pairs_sigma"]))
+
+    def cluster(self, points: Any, k: int | None = None) -> np.ndarray:
+        """``(n,)`` int: the cluster (:meth:`clusters`) of each point's nearest attractor.
+        Post-processing."""
+        return self.clusters(k)[self.assign(points)]
+
     def complete(self, queries: Any, *, how: str = "nearest", steps: int | None = None
                  ) -> np.ndarray:
         """Complete queries from the synopsis alone (post-processing: free).

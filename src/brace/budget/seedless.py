@@ -22,7 +22,7 @@ from .._validation import check_epsilon, check_int_at_least
 from ..accounting.filter import convert
 from ..ledger_state import weights
 from ..projection import ProjectionPlan, check_project, private_projected_seeds
-from ..seeding import SeedingPlan, parse_domain, private_seeds
+from ..seeding import PAIR_NEAR, SeedingPlan, parse_domain, private_seeds
 from ..synopsis import Synopsis
 from .admission import BudgetExceededError, _largest_fitting
 
@@ -109,6 +109,9 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
                 outputs = np.concatenate([C[:, None, :], np.zeros_like(C)[:, None, :]], 1)
                 params.update(edges=np.asarray(rel["edges"]).tolist(),
                               noisy_counts=v.tolist())
+            elif rel["kind"] == "pairs":  # outputs: the centres (the pair counts in params)
+                outputs = np.concatenate([C[:, None, :], np.zeros_like(C)[:, None, :]], 1)
+                params.update(near=PAIR_NEAR, noisy_counts=v.tolist())
             else:  # outputs: each cell's centre and noisy clipped offset sum
                 outputs = np.concatenate([C[:, None, :], v[:, None, :-1]], axis=1)
                 params.update(radius=rel["clip"], unit=rel["unit"],
@@ -144,6 +147,10 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
         "groups": sp.k0, "trace": out["trace"], "noise": noise,
         "accounting": pm._accounting,
     }
+    if out.get("pairs") is not None:  # the pair release (§15.2): the clusters' input
+        params.update(pairs=np.asarray(out["pairs"]).tolist(),
+                      pairs_sigma=float(out["pairs_sigma"]), pairs_near=PAIR_NEAR,
+                      rho_pairs=sp.rho_pairs)
     if project is not None:
         pr = out["projection"]
         params["project"] = {
