@@ -336,9 +336,13 @@ def main(argv: list[str] | None = None) -> int:
 
     if a.merge:
         out: dict[str, Any] = {}
-        for f in a.merge:
+        for f in a.merge:  # later files replace the rows they hold
             with open(f) as fh:
-                out.update(json.load(fh)["results"])
+                for shape, r in json.load(fh)["results"].items():
+                    if shape in out:
+                        out[shape]["results"].update(r["results"])
+                    else:
+                        out[shape] = r
     else:
         seeds = a.seeds or (1 if a.quick else SEEDS_DEFAULT)
         out = run(a.shapes, a.methods, a.eps, seeds, a.quick, log)

@@ -66,7 +66,7 @@ def test_release_pairs_noise_is_calibrated():
     assert v.shape == (3,) and sigma == pytest.approx(sd.RADII_SENSITIVITY / np.sqrt(0.2))
 
 
-def _chain(n_pieces=6, m=400.0, bridge=150.0):
+def _chain(n_pieces=30, m=400.0, bridge=150.0):
     """Released values of one elongated cluster tiled into a chain of pieces: heavy
     counts, thick bridges between neighbours only."""
     k = n_pieces
@@ -84,30 +84,45 @@ def test_an_elongated_chain_merges_into_one_cluster():
 
 
 def test_two_blobs_with_a_valley_stay_apart():
-    # two chains of three pieces, joined by a thin bridge (a valley)
-    k = 6
-    counts = np.array([400.0, 420, 410, 300, 320, 310])
+    # two chains of 15 pieces each, joined by a thin bridge (a valley)
+    counts, pairs = _chain(30)
+    k = 30
     S = np.zeros((k, k))
-    for a, b in [(0, 1), (1, 2), (3, 4), (4, 5)]:
-        S[a, b] = S[b, a] = 150.0
-    S[2, 3] = S[3, 2] = 12.0  # few rows near the bisector: a valley
+    S[np.triu_indices(k, 1)] = pairs
+    S = S + S.T
+    S[14, 15] = S[15, 14] = 12.0  # few rows near the bisector: a valley
     lab = mg.merge_labels(counts, S[np.triu_indices(k, 1)], sigma=5.0)
-    assert lab[0] == lab[1] == lab[2] and lab[3] == lab[4] == lab[5] and lab[0] != lab[3]
-    # a bridge within the noise does not merge either (its lower bound is 0)
-    S[2, 3] = S[3, 2] = 90.0
-    assert np.unique(mg.merge_labels(counts, S[np.triu_indices(k, 1)], sigma=50.0)
-                     ).size >= 2
+    assert np.unique(lab[:15]).size == 1 and np.unique(lab[15:]).size == 1
+    assert lab[0] != lab[15]
+    # a thick bridge within the noise does not merge either (its lower bound is 0)
+    S[14, 15] = S[15, 14] = 90.0
+    lab = mg.merge_labels(counts, S[np.triu_indices(k, 1)], sigma=50.0)
+    assert lab[14] != lab[15]
+
+
+def test_overlapping_classes_without_a_standing_out_bridge_stay_apart():
+    # few attractors, every pair bridged thickly (overlapping classes: MNIST-like)
+    counts = np.array([2600.0, 2500, 2300, 1800])
+    S = np.array([[0, 600, 1100, 300], [600, 0, 200, 800], [1100, 200, 0, 1000],
+                  [300, 800, 1000, 0]], dtype=float)
+    lab = mg.merge_labels(counts, S[np.triu_indices(4, 1)], sigma=10.0)
+    np.testing.assert_array_equal(lab, np.arange(4))
+    # the same pairs without the contrast condition would be merged
+    assert np.unique(mg.merge_labels(counts, S[np.triu_indices(4, 1)], sigma=10.0,
+                                     contrast=0.0)).size < 4
 
 
 def test_background_cells_never_bridge_two_clusters():
     # clusters 0 and 3 (heavy), light background cells 1 and 2 between them, every
-    # light cell's rows near a bisector (thick bridges relative to the light cells)
-    counts = np.array([500.0, 60.0, 55.0, 480.0])
-    S = np.zeros((4, 4))
+    # light cell's rows near a bisector (thick bridges relative to the light cells);
+    # more attractors far away (no bridges)
+    counts = np.array([500.0, 60.0, 55.0, 480.0] + [300.0] * 20)
+    k = counts.size
+    S = np.zeros((k, k))
     for a, b in [(0, 1), (1, 2), (2, 3)]:
         S[a, b] = S[b, a] = 50.0
-    lab = mg.merge_labels(counts, S[np.triu_indices(4, 1)], sigma=1.0)
-    assert lab[0] != lab[3]
+    lab = mg.merge_labels(counts, S[np.triu_indices(k, 1)], sigma=1.0)
+    assert lab[0] != lab[3] and lab[0] != lab[1] and lab[3] != lab[2]
     assert lab[1] == lab[2]  # two light cells of comparable weight are joined
 
 

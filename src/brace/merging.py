@@ -15,10 +15,15 @@ distance, and the count is compared with the pair's own cells.
 ``L_ab = max(0, S_ab − zσ)`` its lower bound (``z = 2``), ``m_a`` the noisy counts and
 ``T_a = Σ_b L_ab`` the bounded boundary mass of ``a``: ``a`` and ``b`` are joined when
 
-* ``L_ab ≥ ratio · max(1, m_a, m_b)`` (``ratio = 0.2``: a thick bridge relative to the
+* ``L_ab ≥ ratio · max(1, m_a, m_b)`` (``ratio = 0.15``: a thick bridge relative to the
   *larger* cell, so a light cell — background rows — is not joined to a heavy one), and
-* ``L_ab ≥ share · max(T_a, T_b)`` (``share = 0.3``: the bridge is a large part of the
-  boundary of both; in high dimension every cell touches many others thinly).
+* ``L_ab ≥ share · max(T_a, T_b)`` (``share = 0.15``: the bridge is a real part of the
+  boundary of both), and
+* ``L_ab ≥ contrast · max(T_a − L_ab, T_b − L_ab)/(K − 2)`` (``contrast = 10``, for
+  ``K > 2`` attractors): the bridge stands out from the mean bridge of ``a`` and of ``b``
+  to the other attractors. Where classes overlap without a valley (digits, MNIST: few
+  attractors, every pair bridged) no bridge stands out and few are merged; a
+  synopsis of few attractors is rarely merged at all.
 
 The clusters are the connected components of the joins (a chain of tiles, whatever the
 noise in their counts, is one component; two heavy clusters are joined only by a thick
@@ -32,11 +37,12 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MERGE_RATIO", "MERGE_SHARE", "MERGE_Z", "kmeans_labels", "merge_labels",
-           "pair_matrix"]
+__all__ = ["MERGE_CONTRAST", "MERGE_RATIO", "MERGE_SHARE", "MERGE_Z", "kmeans_labels",
+           "merge_labels", "pair_matrix"]
 
-MERGE_RATIO = 0.2
-MERGE_SHARE = 0.3
+MERGE_RATIO = 0.15
+MERGE_SHARE = 0.15
+MERGE_CONTRAST = 10.0
 MERGE_Z = 2.0
 
 
@@ -55,7 +61,8 @@ def pair_matrix(pairs: Any, k: int) -> np.ndarray:
 
 
 def merge_labels(counts: Any, pairs: Any, sigma: float, *, ratio: float = MERGE_RATIO,
-                 share: float = MERGE_SHARE, z: float = MERGE_Z) -> np.ndarray:
+                 share: float = MERGE_SHARE, contrast: float = MERGE_CONTRAST,
+                 z: float = MERGE_Z) -> np.ndarray:
     """``(k,)`` int: the cluster of each attractor by the rule of the module docstring,
     clusters numbered by their first attractor. ``counts`` the noisy counts ``m``,
     ``pairs`` the noisy pair counts (upper triangle), ``sigma`` their noise std.
@@ -72,6 +79,9 @@ def merge_labels(counts: Any, pairs: Any, sigma: float, *, ratio: float = MERGE_
     T = L.sum(axis=1)
     big = np.maximum(np.maximum(m[:, None], m[None, :]), 1.0)
     join = (L > 0) & (L >= ratio * big) & (L >= share * np.maximum(T[:, None], T[None, :]))
+    if k > 2:  # the bridge stands out from the pair's mean bridge to the others
+        rest = np.maximum(T[:, None] - L, T[None, :] - L) / (k - 2)
+        join &= L >= contrast * rest
     _, comp = connected_components(join, directed=False)
     first: dict[int, int] = {}  # number the clusters by their first attractor
     return np.array([first.setdefault(int(g), len(first)) for g in comp], dtype=np.int64)
