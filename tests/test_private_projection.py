@@ -392,3 +392,27 @@ def test_recommend_advises_a_private_subspace_where_it_affords_more_cells():
     flat = PrivateMemory(low, radius=0.5, budget=(1.0, 1e-5), accounting="global")
     rec = flat.recommend(1000, public_rows=50)
     assert rec.use == "snapshot" and rec.project is None  # the full space affords more
+
+
+def test_recommend_advises_the_subspace_where_the_full_space_is_too_coarse(monkeypatch):
+    """Fewer than FULL_SPACE_MIN_CELLS cells in the full space and d > 32: the subspace
+    (its clusters were better on digits and MNIST, docs/benchmarks.md "Cluster
+    shapes"), even where it affords fewer cells; at d <= 32 the full space."""
+    from brace.budget.advice import FULL_SPACE_MIN_CELLS
+
+    X = np.zeros((1797, 64))
+    X[:, 0] = np.arange(1797) % 7
+    pm = PrivateMemory(X, radius=0.5, budget=(1.0, 1e-5), accounting="global")
+    rec = pm.recommend(1000, public_seeds=False)
+    assert rec.use == "snapshot" and rec.project == "auto"
+    assert FULL_SPACE_MIN_CELLS == 50.0
+    # the full space affords more cells: without the minimum it would be advised
+    import brace.budget.advice as adv
+
+    monkeypatch.setattr(adv, "FULL_SPACE_MIN_CELLS", 0.0)
+    again = PrivateMemory(X, radius=0.5, budget=(1.0, 1e-5), accounting="global")
+    other = again.recommend(1000, public_seeds=False)
+    assert other.project is None and rec.cells < other.cells < 50.0
+    small = PrivateMemory(np.zeros((1797, 32)), radius=0.5, budget=(1.0, 1e-5),
+                          accounting="global")
+    assert small.recommend(1000, public_seeds=False).project is None
