@@ -64,6 +64,10 @@ def test_release_pairs_noise_is_calibrated():
     C = np.array([[0.5, 0, 0], [-0.5, 0, 0], [0, 0.5, 0]])
     v, sigma = sd.release_pairs(X, C, 0.1, dom, "plain", np.random.default_rng(0))
     assert v.shape == (3,) and sigma == pytest.approx(sd.RADII_SENSITIVITY / np.sqrt(0.2))
+    # secure: the exact discrete Gaussian, σ² rounded up from Δ²/(2ρ), integer values
+    w, s2 = sd.release_pairs(X, C, 0.1, dom, "secure", None)
+    assert np.all(w == np.rint(w)) and s2 >= sd.RADII_SENSITIVITY / np.sqrt(0.2)
+    assert s2 == pytest.approx(sd.RADII_SENSITIVITY / np.sqrt(0.2), rel=1e-6)
 
 
 def _chain(n_pieces=30, m=400.0, bridge=150.0):
