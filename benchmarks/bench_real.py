@@ -574,8 +574,10 @@ def no_public_table(res: dict[str, Any], bp: Any = None) -> str:
             nmi = _fmt(s["nmi"]) if "nmi" in s else "—"
             k = f"{s['k']['mean']:.1f}" if "k" in s else "—"
             fit = f"{s['fit_s']['mean']:.2f}" if "fit_s" in s else "—"
-            label, kind = ((bp.label_of(meth), bp.kind_of(meth)) if bp is not None
-                           else (meth, "dp" if meth == "synopsis" else "?"))
+            known = bp is not None and meth in bp.INFO  # the synopsis and the query
+            label, kind = ((bp.label_of(meth), bp.kind_of(meth)) if known  # are not peers
+                           else (meth, {"synopsis": "dp", "identity": "no_release"}.get(
+                               meth, "?")))
             if kind in ("not_dp", "uncharged") and "NOT" not in label:
                 label += " — NOT DP"
             lines.append(f"| {name} | {label} | {kind} | {eps or '—'} | {ari} | {nmi} | {k} "
