@@ -307,8 +307,11 @@ def figure(out: dict[str, Any], methods, eps_list, path: str) -> None:
     import matplotlib.pyplot as plt
 
     shapes = list(out)
-    fig, axs = plt.subplots(1, len(shapes), figsize=(3.2 * len(shapes), 3.0), sharey=True)
-    for ax, shape in zip(np.atleast_1d(axs), shapes, strict=True):
+    cols = 4
+    rows = (len(shapes) + cols) // cols  # one panel more for the legend
+    fig, axs = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.9 * rows), sharey=True)
+    axs = np.atleast_1d(axs).ravel()
+    for ax, shape in zip(axs, shapes, strict=False):
         for m in methods:
             if m in EPS_FREE:
                 v = out[shape]["results"].get(m)
@@ -321,11 +324,17 @@ def figure(out: dict[str, Any], methods, eps_list, path: str) -> None:
                 ax.plot(eps_list[:len(ys)], ys, marker="o", label=METHODS[m][1],
                         lw=2.5 if m == "synopsis" else 1)
         ax.set_xscale("log")
-        ax.set_title(shape)
-        ax.set_xlabel("ε (δ = 1e-5)")
+        ax.set_xticks(eps_list, [f"{e:g}" for e in eps_list])
+        ax.minorticks_off()
+        ax.set_title(f"{shape} (d = {out[shape]['d']})", fontsize=9)
+        ax.set_xlabel("ε (δ = 1e-5)", fontsize=8)
         ax.set_ylim(-0.05, 1.05)
-    np.atleast_1d(axs)[0].set_ylabel("ARI")
-    np.atleast_1d(axs)[-1].legend(fontsize=6, loc="lower right")
+    for ax in axs[::cols]:
+        ax.set_ylabel("ARI")
+    handles, labels = axs[0].get_legend_handles_labels()
+    for ax in axs[len(shapes):]:
+        ax.axis("off")
+    axs[-1].legend(handles, labels, fontsize=7, loc="center")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
