@@ -205,3 +205,18 @@ def test_pair_matrix_checks_its_length():
         mg.pair_matrix([1.0, 2.0], 3)
     with pytest.raises(ValueError, match="sigma must be"):
         mg.merge_labels([1.0, 2.0], [1.0], float("nan"))
+
+
+def test_a_saved_synopsis_checks_its_pair_counts():
+    rng = np.random.default_rng(7)
+    X = np.clip(rng.uniform(-0.5, 0.5, (4, 4))[np.arange(800) % 4]
+                + 0.05 * rng.standard_normal((800, 4)), -1, 1)
+    syn = brace.private_synopsis(X, epsilon=2.0, delta=1e-5, bounds=(-1, 1), seed=0)
+    assert "clusters" in syn.summary()
+    d = syn.to_dict()
+    for bad, msg in [({"pairs": d["params"]["pairs"] + [1.0]}, "k\\(k-1\\)/2"),
+                     ({"pairs": ["x"] * len(d["params"]["pairs"])}, "must be numbers"),
+                     ({"pairs_sigma": -1.0}, "pairs_sigma"),
+                     ({"pairs_sigma": None}, "must be numbers")]:
+        with pytest.raises(ValueError, match=msg):
+            brace.Synopsis.from_dict({**d, "params": {**d["params"], **bad}})

@@ -340,6 +340,24 @@ def _check_projection(pr: Any, d: int) -> None:
         raise ValueError(f"{bad}['clip'] must be finite and > 0; got {clip!r}.")
 
 
+def _check_pairs(params: dict[str, Any], k: int) -> None:
+    """The checks of a saved synopsis's pair release (``docs/privacy-accounting.md``
+    §15.2): ``k(k − 1)/2`` finite noisy counts, one per pair of attractors, and a finite
+    ``pairs_sigma ≥ 0``."""
+    bad = "not a saved synopsis: params['pairs']"
+    try:
+        v = np.asarray(params["pairs"], dtype=np.float64)
+        sigma = float(params.get("pairs_sigma"))
+    except (TypeError, ValueError):
+        raise ValueError(f"{bad} and params['pairs_sigma'] must be numbers.") from None
+    if v.shape != (k * (k - 1) // 2,) or not np.all(np.isfinite(v)):
+        raise ValueError(f"{bad} must hold k(k-1)/2 = {k * (k - 1) // 2} finite counts for "
+                         f"k = {k} attractors; got shape {v.shape}.")
+    if not (math.isfinite(sigma) and sigma >= 0):
+        raise ValueError(f"not a saved synopsis: params['pairs_sigma'] must be finite and "
+                         f">= 0; got {sigma!r}.")
+
+
 @dataclasses.dataclass(frozen=True)
 class Synopsis:
     """A private synopsis of an LSR memory (:meth:`brace.PrivateMemory.snapshot`).
@@ -527,6 +545,8 @@ class Synopsis:
                              "seed.")
         if params.get("project") is not None:
             _check_projection(params["project"], d)
+        if params.get("pairs") is not None:  # the pair release (§15.2)
+            _check_pairs(params, k)
         return cls(
             att, counts.astype(np.int64),
             field("radius", lambda v: check_positive("radius", v)),
@@ -580,6 +600,10 @@ class Synopsis:
                 f"centre), merged at {p.get('merge_radius', float('nan')):.4g}, noisy "
                 f"count < {p.get('min_count', float('nan')):.3g} dropped",
                 "  noisy counts     : " + np.array2string(self.counts, threshold=12),
+                *([] if p.get("pairs") is None else [
+                    f"  clusters         : {int(np.unique(self.clusters()).size)} (the "
+                    "attractors joined by the released pair counts: clusters(), "
+                    "cluster(points, k=None))"]),
                 "  later queries    : free (post-processing: complete(), assign())",
             ]
             return "\n".join(lines)
