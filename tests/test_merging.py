@@ -220,3 +220,16 @@ def test_a_saved_synopsis_checks_its_pair_counts():
                      ({"pairs_sigma": None}, "must be numbers")]:
         with pytest.raises(ValueError, match=msg):
             brace.Synopsis.from_dict({**d, "params": {**d["params"], **bad}})
+
+
+def test_audit_report_row_of_the_pair_release_passes_and_catches_broken_noise(monkeypatch):
+    from brace.audit.report import report_bank
+    from brace.audit.synopsis import pairs_row
+
+    X, q = report_bank(40, 2, 0.5, 9)
+    kw = dict(epsilon=4.0, delta=1e-5, radius=0.5, n_runs=4_000, alpha=0.05, seed=0)
+    row = pairs_row(X, q, **kw)
+    assert row["verdict"] == "pass" and 0.0 < row["epsilon_lb"] <= row["claimed_epsilon"]
+    monkeypatch.setattr(sd, "RADII_SENSITIVITY", 0.25 * sd.RADII_SENSITIVITY)
+    broken = pairs_row(X, q, **kw)
+    assert broken["verdict"] == "VIOLATION" and broken["epsilon_lb"] > 4.0
