@@ -233,3 +233,15 @@ def test_audit_report_row_of_the_pair_release_passes_and_catches_broken_noise(mo
     monkeypatch.setattr(sd, "RADII_SENSITIVITY", 0.25 * sd.RADII_SENSITIVITY)
     broken = pairs_row(X, q, **kw)
     assert broken["verdict"] == "VIOLATION" and broken["epsilon_lb"] > 4.0
+
+
+def test_pair_histogram_with_equal_centres_counts_nothing_for_them_and_warns_not():
+    import warnings
+
+    dom = sd.parse_domain((-1, 1), None, 2)
+    C = np.array([[0.0, 0.0], [0.0, 0.0], [0.5, 0.0]])
+    X = np.random.default_rng(8).uniform(-0.2, 0.2, (50, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        h = sd.pair_histogram(X, C, dom)
+    assert h[sd.pair_index(np.array([0]), np.array([1]), 3)[0]] == 0

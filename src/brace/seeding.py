@@ -342,7 +342,9 @@ def pair_histogram(bank: Any, centres: np.ndarray, domain: Domain,
             o = np.argsort(d2, axis=1, kind="stable")[:, :2]
             j1, j2 = o[:, 0], o[:, 1]
             ax = C[j2] - C[j1]
-            t = (diff[np.arange(Z.shape[0]), j1] * ax).sum(axis=1) / (ax * ax).sum(axis=1)
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                # two equal centres (no axis): nan, never counted; no warning either way
+                t = (diff[np.arange(Z.shape[0]), j1] * ax).sum(axis=1) / (ax * ax).sum(axis=1)
             hit = t >= near
             if np.any(hit):
                 hist += np.bincount(pair_index(j1[hit], j2[hit], k), minlength=hist.size)
