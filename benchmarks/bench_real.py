@@ -546,8 +546,10 @@ def no_public_table(res: dict[str, Any], bp: Any = None) -> str:
             cells.append(f"{s['k']['mean']:.1f}" if "k" in s else "—")
             cells.append(_bench.fmt_ci(s["accuracy"]) if "accuracy" in s else "—")
             cells.append(f"{s['fit_s']['mean']:.2f}" if "fit_s" in s else "—")
-            label, kind = ((bp.label_of(meth), bp.kind_of(meth)) if bp is not None
-                           else (meth, "dp" if meth == "synopsis" else "?"))
+            known = bp is not None and meth in bp.INFO  # the synopsis and the query
+            label, kind = ((bp.label_of(meth), bp.kind_of(meth)) if known  # are not peers
+                           else (meth, {"synopsis": "dp", "identity": "no_release"}.get(
+                               meth, "?")))
             if kind in ("not_dp", "uncharged") and "NOT" not in label:
                 label += " — NOT DP"
             rows.append((name, label, kind, eps or "—", *cells))

@@ -255,8 +255,8 @@ def test_projected_snapshot_is_charged_once_refused_beyond_and_recorded(tmp_path
         assert sum(plan.events()) == pytest.approx(syn.params["rho"])
         kinds = [r["params"]["kind"] for r in pm.releases]
         assert kinds == (["centre", "radii", "moments", "centre", "radii"]
-                         + ["voronoi", "radii"] * 2 + ["voronoi"])
-        assert [r["params"].get("space") for r in pm.releases][3:] == ["projected"] * 7
+                         + ["voronoi", "radii"] * 2 + ["voronoi", "pairs"])
+        assert [r["params"].get("space") for r in pm.releases][3:] == ["projected"] * 8
         assert pm.releases[2]["queries"] == 12 and pm.releases[2]["steps"] == 1
         assert pm.spent_at(np.full((1, 12), 1e6))[0] == pytest.approx(pm.spent)
         with pytest.raises(BudgetExceededError, match="Nothing was released or spent"):
@@ -414,3 +414,27 @@ def test_moments_sensitivity_holds_at_the_range_extremes(seed, d, n, size, cp_at
     X = domain.clip(mean + rng.normal(size=(n, d)) * clip)
     Xp = moved_row(X, rng, mean, clip, where)
     assert _exact_change(X, Xp, domain, mean, clip, bits) <= 2 * 16**bits
+
+
+def test_recommend_advises_the_subspace_where_the_full_space_is_too_coarse(monkeypatch):
+    """Fewer than FULL_SPACE_MIN_CELLS cells in the full space and d > 32: the subspace
+    (its clusters were better on digits and MNIST, docs/benchmarks.md "Cluster
+    shapes"), even where it affords fewer cells; at d <= 32 the full space."""
+    from brace.budget.advice import FULL_SPACE_MIN_CELLS
+
+    X = np.zeros((1797, 64))
+    X[:, 0] = np.arange(1797) % 7
+    pm = PrivateMemory(X, radius=0.5, budget=(1.0, 1e-5), accounting="global")
+    rec = pm.recommend(1000, public_seeds=False)
+    assert rec.use == "snapshot" and rec.project == "auto"
+    assert FULL_SPACE_MIN_CELLS == 50.0
+    # the full space affords more cells: without the minimum it would be advised
+    import brace.budget.advice as adv
+
+    monkeypatch.setattr(adv, "FULL_SPACE_MIN_CELLS", 0.0)
+    again = PrivateMemory(X, radius=0.5, budget=(1.0, 1e-5), accounting="global")
+    other = again.recommend(1000, public_seeds=False)
+    assert other.project is None and rec.cells < other.cells < 50.0
+    small = PrivateMemory(np.zeros((1797, 32)), radius=0.5, budget=(1.0, 1e-5),
+                          accounting="global")
+    assert small.recommend(1000, public_seeds=False).project is None

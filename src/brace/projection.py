@@ -351,7 +351,7 @@ def private_projected_seeds(bank: Any, domain: Domain, plan: ProjectionPlan, *,
         C = np.asarray(rel["centres"])
         lifted = {**rel, "centres": mu[None, :] + C @ B, "space": "projected",
                   "dim": k}
-        if rel["kind"] != "radii":
+        if rel["kind"] not in ("radii", "pairs"):
             v = np.asarray(rel["values"])
             lifted["values"] = np.concatenate([v[:, :-1] @ B, v[:, -1:]], axis=1)
         releases.append(lifted)

@@ -53,6 +53,8 @@ __all__ = [
     "CENTRE_SHARE",
     "DOMAIN_RADIUS_RANGE",
     "MAX_ROUNDS",
+    "PAIRS_SHARE",
+    "PAIR_NEAR",
     "RADII_SHARE",
     "SCALE_FLOOR",
     "RADII_SENSITIVITY",
@@ -64,8 +66,10 @@ __all__ = [
     "clamp_scale",
     "nearest_centres",
     "noisy_integers",
+    "pair_histogram",
     "parse_domain",
     "radii_edges",
+    "release_pairs",
     "radii_histogram",
     "release_radii",
     "release_voronoi_round",
@@ -76,7 +80,9 @@ __all__ = [
 ]
 
 CENTRE_SHARE = 0.05  # share of the zCDP budget spent on the centre release
-RADII_SHARE = 0.05  # share spent on the R radii releases together (the rest: the rounds)
+RADII_SHARE = 0.05  # share spent on the R radii releases together
+PAIRS_SHARE = 0.05  # share spent on the pair release (§15.2); the rest: the rounds
+PAIR_NEAR = 0.25  # a row counts for its pair when its position along the pair is >= this
 RADII_OCTAVES = 12  # the radii grid spans R₀·2^-12 .. R₀
 RADII_PER_OCTAVE = 4
 RADII_SENSITIVITY = math.sqrt(2.0) * (1.0 + 1e-12)  # a radii histogram's L2 sensitivity
@@ -357,6 +363,52 @@ def radii_histogram(bank: Any, centres: np.ndarray, edges: np.ndarray,
     return hist
 
 
+def pair_index(i: np.ndarray, j: np.ndarray, k: int) -> np.ndarray:
+    """The position of the unordered pair ``{i, j}`` (``i ≠ j``) in the upper triangle of
+    a ``k × k`` matrix, row by row (numpy's ``triu_indices(k, 1)`` order)."""
+    a, b = np.minimum(i, j), np.maximum(i, j)
+    return a * (2 * k - a - 1) // 2 + (b - a - 1)
+
+
+def pair_histogram(bank: Any, centres: np.ndarray, domain: Domain,
+                   near: float = PAIR_NEAR) -> np.ndarray:
+    """The exact pair statistic of §15.2 (``docs/privacy-accounting.md``): ``(k(k−1)/2,)``
+    int64, one count per unordered pair of centres (:func:`pair_index` order). Row ``x``
+    is mapped into the domain (``z = π_D(x)``); its direct squared distances
+    ``D_j = Σ_i fl(z_i − c_{j,i})²`` to every centre (elementwise, summed row by row,
+    never by a matrix product) give its nearest centre ``j₁`` and its second nearest
+    ``j₂`` (lowest index on a tie: a stable sort); its position along the pair,
+    ``t = Σ_i fl(z_i − c_{j₁,i})·fl(c_{j₂,i} − c_{j₁,i}) / Σ_i fl(c_{j₂,i} − c_{j₁,i})²``
+    (at most ``1/2`` up to rounding: ``j₁`` is nearer), decides: the row adds 1 to the
+    pair ``{j₁, j₂}`` when ``t ≥ near`` (it lies in the half of the segment around the
+    bisector), nothing otherwise. Each row adds 1 to at most one entry, a function of
+    the row and the public centres only."""
+    C = np.asarray(centres, dtype=np.float64)
+    _check_range(C, domain)
+    k, d = C.shape
+    hist = np.zeros(k * (k - 1) // 2, dtype=np.int64)
+    if k < 2:
+        return hist
+    step = max(1, (1 << 22) // max(1, k * d))
+    blocks = ((Xb for _, Xb in bank._blocks()) if hasattr(bank, "_blocks") else (bank,))
+    for B in blocks:
+        for lo in range(0, B.shape[0], step):
+            Z = domain.clip(np.asarray(B[lo:lo + step], dtype=np.float64))
+            with np.errstate(over="ignore", invalid="ignore"):
+                diff = Z[:, None, :] - C[None, :, :]
+                d2 = (diff * diff).sum(axis=2)
+            o = np.argsort(d2, axis=1, kind="stable")[:, :2]
+            j1, j2 = o[:, 0], o[:, 1]
+            ax = C[j2] - C[j1]
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                # two equal centres (no axis): nan, never counted; no warning either way
+                t = (diff[np.arange(Z.shape[0]), j1] * ax).sum(axis=1) / (ax * ax).sum(axis=1)
+            hit = t >= near
+            if np.any(hit):
+                hist += np.bincount(pair_index(j1[hit], j2[hit], k), minlength=hist.size)
+    return hist
+
+
 # --------------------------------------------------------------------------- the noise
 
 
@@ -384,6 +436,15 @@ def release_radii(bank: Any, centres: np.ndarray, edges: np.ndarray, rho: float,
     """One radii release: the noisy radii histogram (L2 sensitivity ``√2``: a replaced
     row leaves one bin and enters one) and its σ; ``ρ``-zCDP."""
     hist = radii_histogram(bank, centres, edges, domain)
+    return noisy_integers(hist, RADII_SENSITIVITY, rho, noise, rng)
+
+
+def release_pairs(bank: Any, centres: np.ndarray, rho: float, domain: Domain, noise: str,
+                  rng: np.random.Generator | None) -> tuple[np.ndarray, float]:
+    """The pair release (§15.2, Lemma 16): the noisy :func:`pair_histogram` (L2
+    sensitivity ``√2``: a replaced row leaves at most one entry and enters at most one)
+    and its σ; ``ρ``-zCDP whatever the number of pairs."""
+    hist = pair_histogram(bank, centres, domain)
     return noisy_integers(hist, RADII_SENSITIVITY, rho, noise, rng)
 
 
@@ -460,6 +521,7 @@ class SeedingPlan:
     k0: int
     split_rounds: tuple[int, ...]
     c_min: float = 1.5
+    rho_pairs: float = 0.0
 
     @classmethod
     def make(cls, rho: float, n: int, dim: int, rounds: int | None = None, *,
@@ -473,24 +535,27 @@ class SeedingPlan:
         R = int(rounds)
         rho_c = CENTRE_SHARE * rho
         rho_h = RADII_SHARE * rho / R
-        rho_r = (1.0 - CENTRE_SHARE - RADII_SHARE) * rho / R
+        rho_p = PAIRS_SHARE * rho
+        rho_r = (1.0 - CENTRE_SHARE - RADII_SHARE - PAIRS_SHARE) * rho / R
         m_star = c_min * math.sqrt(dim) * 2.0 / math.sqrt(2.0 * rho_r)
         k0 = int(max(1, min(k_cap, n // max(m_star, 1.0))))
         if split_rounds is None:  # after rounds 2 and 4 (of 8), scaled to R
             split_rounds = tuple(sorted({max(1, round(R * f)) for f in (0.25, 0.5)}
                                         - {R})) if R >= 3 else ()
         return cls(float(rho), R, rho_c, rho_h, rho_r, float(m_star), k0,
-                   tuple(int(t) for t in split_rounds), c_min)
+                   tuple(int(t) for t in split_rounds), c_min, rho_p)
 
     def events(self) -> list[float]:
         """The zCDP of every release of the plan, in order: the centre release, the
         first radii release, then each round followed by its radii release (none after
-        the last round)."""
+        the last round), then the pair release (§15.2)."""
         out = [self.rho_centre, self.rho_radii]
         for t in range(self.rounds):
             out.append(self.rho_round)
             if t < self.rounds - 1:
                 out.append(self.rho_radii)
+        if self.rho_pairs > 0.0:
+            out.append(self.rho_pairs)
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -578,6 +643,13 @@ def private_seeds(bank: Any, domain: Domain, plan: SeedingPlan, *, noise: str,
         mr = 0.5 * scale if merge_radius is None else float(merge_radius)
         C, m = merge_weighted(C, m, mr)
         trace.append(int(C.shape[0]))
+    pairs, pairs_sigma = None, None
+    if plan.rho_pairs > 0.0:  # the pair release at the final centres (§15.2)
+        pairs, pairs_sigma = release_pairs(bank, C, plan.rho_pairs, domain, noise, rng)
+        releases.append({"kind": "pairs", "centres": C, "values": pairs,
+                         "rho": plan.rho_pairs, "sigma": pairs_sigma,
+                         "sensitivity": RADII_SENSITIVITY})
     return {"attractors": C, "counts": m, "scale": scale, "clip": clip, "mean": mu,
+            "pairs": pairs, "pairs_sigma": pairs_sigma,
             "releases": releases, "trace": trace, "min_count": thr,
             "merge_radius": 0.5 * scale if merge_radius is None else float(merge_radius)}

@@ -357,6 +357,24 @@ def _check_projection(pr: Any, d: int) -> None:
         raise ValueError(f"{bad}['clip'] must be finite and > 0; got {clip!r}.")
 
 
+def _check_pairs(params: dict[str, Any], k: int) -> None:
+    """The checks of a saved synopsis's pair release (``docs/privacy-accounting.md``
+    §15.2): ``k(k − 1)/2`` finite noisy counts, one per pair of attractors, and a finite
+    ``pairs_sigma ≥ 0``."""
+    bad = "not a saved synopsis: params['pairs']"
+    try:
+        v = np.asarray(params["pairs"], dtype=np.float64)
+        sigma = float(params.get("pairs_sigma"))
+    except (TypeError, ValueError):
+        raise ValueError(f"{bad} and params['pairs_sigma'] must be numbers.") from None
+    if v.shape != (k * (k - 1) // 2,) or not np.all(np.isfinite(v)):
+        raise ValueError(f"{bad} must hold k(k-1)/2 = {k * (k - 1) // 2} finite counts for "
+                         f"k = {k} attractors; got shape {v.shape}.")
+    if not (math.isfinite(sigma) and sigma >= 0):
+        raise ValueError(f"not a saved synopsis: params['pairs_sigma'] must be finite and "
+                         f">= 0; got {sigma!r}.")
+
+
 @dataclasses.dataclass(frozen=True)
 class Synopsis:
     """A private synopsis of an LSR memory (:meth:`brace.PrivateMemory.snapshot`).
@@ -410,6 +428,34 @@ class Synopsis:
         tie). Post-processing."""
         p, _ = check_queries(points, self.attractors.shape[1], name="points")
         return cKDTree(self.attractors).query(p)[1].astype(np.int64)
+
+    def clusters(self, k: int | None = None) -> np.ndarray:
+        """``(K,)`` int: the cluster of each attractor (post-processing: free).
+
+        Without ``k``: the attractors merged by the released pair counts
+        (``params["pairs"]``, a synopsis without public data:
+        ``docs/privacy-accounting.md`` §15.2, :func:`brace.merging.merge_labels`); a
+        synopsis without them (public seeds, or saved before §15.2) keeps each attractor
+        its own cluster. With ``k`` (the number of clusters, if you know it): weighted
+        k-means of the attractors to ``min(k, K)`` groups
+        (:func:`brace.merging.kmeans_labels`)."""
+        from .merging import kmeans_labels, merge_labels
+
+        K = self.n_attractors
+        if k is not None:
+            if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+                raise ValueError(f"k must be an int >= 1 (the number of clusters); got "
+                                 f"{k!r}.")
+            return kmeans_labels(self.attractors, self.counts, int(k))
+        pairs = self.params.get("pairs")
+        if pairs is None:
+            return np.arange(K, dtype=np.int64)
+        return merge_labels(self.counts, pairs, float(self.params["pairs_sigma"]))
+
+    def cluster(self, points: Any, k: int | None = None) -> np.ndarray:
+        """``(n,)`` int: the cluster (:meth:`clusters`) of each point's nearest attractor.
+        Post-processing."""
+        return self.clusters(k)[self.assign(points)]
 
     def complete(self, queries: Any, *, how: str = "nearest", steps: int | None = None
                  ) -> np.ndarray:
@@ -516,6 +562,8 @@ class Synopsis:
                              "seed.")
         if params.get("project") is not None:
             _check_projection(params["project"], d)
+        if params.get("pairs") is not None:  # the pair release (§15.2)
+            _check_pairs(params, k)
         return cls(
             att, counts.astype(np.int64),
             field("radius", lambda v: check_positive("radius", v)),
@@ -569,6 +617,10 @@ class Synopsis:
                 f"centre), merged at {p.get('merge_radius', float('nan')):.4g}, noisy "
                 f"count < {p.get('min_count', float('nan')):.3g} dropped",
                 "  noisy counts     : " + np.array2string(self.counts, threshold=12),
+                *([] if p.get("pairs") is None else [
+                    f"  clusters         : {int(np.unique(self.clusters()).size)} (the "
+                    "attractors joined by the released pair counts: clusters(), "
+                    "cluster(points, k=None))"]),
                 "  later queries    : free (post-processing: complete(), assign())",
             ]
             return "\n".join(lines)

@@ -130,11 +130,11 @@ def report(rc: ReportConfig = ReportConfig(), *, progress: bool = True) -> dict:
         row.update({"d": d, "n": int(X.shape[0]), "steps": cfg.steps})
         rows.append(row)
     if rc.synopsis:
-        from .synopsis import moments_row, synopsis_row, voronoi_row
+        from .synopsis import moments_row, pairs_row, synopsis_row, voronoi_row
 
         d = max(rc.dims)
         for what, row_fn in (("cell round", synopsis_row), ("Voronoi round", voronoi_row),
-                             ("second moments", moments_row)):
+                             ("second moments", moments_row), ("pair release", pairs_row)):
             if progress:
                 print(f"[audit] synopsis {what}, eps={min(rc.epsilons):g}, d={d} ...",
                       file=sys.stderr, flush=True)

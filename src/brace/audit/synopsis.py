@@ -3,7 +3,8 @@ Lemma 9) run by the library's own release, :func:`brace.synopsis.release_cell_ro
 one Voronoi round of a synopsis without seeds (§15, Lemma 11) run by
 :func:`brace.seeding.release_voronoi_round` (:func:`voronoi_row`), and the second-moment
 release of a projected snapshot (§15.1, Lemma 14) run by
-:func:`brace.projection.release_moments` (:func:`moments_row`).
+:func:`brace.projection.release_moments` (:func:`moments_row`), and the pair release of
+§15.2 (Lemma 16) run by :func:`brace.seeding.release_pairs` (:func:`pairs_row`).
 
 Pair: the report's d = 2 bank and its public query ``q`` as the only centre (a public
 seed); the memory of ``q``'s one-memory gate, near its boundary, is replaced by the point
@@ -26,7 +27,7 @@ from ..seeding import parse_domain, release_voronoi_round, voronoi_stats, vorono
 from ..synopsis import cell_sums, release_cell_round
 from .stats import certify_thresholds, max_certifiable_epsilon
 
-__all__ = ["moments_row", "synopsis_row", "voronoi_row"]
+__all__ = ["moments_row", "pairs_row", "synopsis_row", "voronoi_row"]
 
 
 def synopsis_row(X: np.ndarray, q: np.ndarray, *, epsilon: float, delta: float,
@@ -114,6 +115,52 @@ def voronoi_row(X: np.ndarray, q: np.ndarray, *, epsilon: float, delta: float,
         config={"pair": "voronoi", "epsilon": epsilon, "rho": rho, "radius": radius},
         pair={"kind": "mirror", "centre": [float(v) for v in C[0]], "gate_q": [n, n],
               "row": row, "old": X[row].tolist(), "new": Xp[row].tolist()},
+        sigma=sigma)
+
+
+def pairs_row(X: np.ndarray, q: np.ndarray, *, epsilon: float, delta: float,
+              radius: float, n_runs: int, alpha: float, seed: int) -> dict[str, Any]:
+    """The report row of a pair release (§15.2, Lemma 16) calibrated to ``epsilon`` at
+    ``delta``: three public centres ``q``, ``q + r·e₁``, ``q + r·e₂``, the domain a
+    public ball around ``q`` holding the bank. Pair: a row placed near the bisector of
+    the first two centres (it counts for the pair {0, 1}) replaced by its mirror near
+    the bisector of the first and the third (it counts for {0, 2}): one unit out of one
+    entry and into another, the largest change (``√2``). Certification as
+    :func:`synopsis_row`."""
+    from ..seeding import pair_histogram, release_pairs
+
+    t0 = time.perf_counter()
+    c = np.asarray(q, dtype=np.float64).reshape(-1)
+    d = c.shape[0]
+    e1, e2 = np.eye(d)[0], np.eye(d)[1]
+    C = np.stack([c, c + radius * e1, c + radius * e2])
+    X = X.copy()
+    X[0] = c + radius * (0.45 * e1 + 0.1 * e2)  # nearest c0, then c1, t = 0.45
+    Xp = X.copy()
+    Xp[0] = c + radius * (0.1 * e1 + 0.45 * e2)  # nearest c0, then c2, t = 0.45
+    dist = np.linalg.norm(X - c, axis=1)
+    domain = parse_domain(None, (c, 4.0 * (float(dist.max()) + radius)), d)
+    rho = calibrate_rho(epsilon, delta, 1)
+    claim = float(epsilon)
+
+    def means(bank: np.ndarray) -> np.ndarray:
+        return pair_histogram(bank, C, domain).astype(np.float64)
+
+    _, sigma = release_pairs(X, C, rho, domain, "plain", np.random.default_rng(0))
+    w = (means(Xp) - means(X)) / sigma**2
+
+    def stats(bank: np.ndarray, m_runs: int, s: int) -> np.ndarray:
+        rng = np.random.default_rng([seed, 300 + s])
+        reps = [release_pairs(bank, C, rho, domain, "plain", rng)[0] for _ in range(m_runs)]
+        return np.asarray(reps) @ w
+
+    return _certified_row(
+        stats, X, Xp, n_runs=n_runs, alpha=alpha, delta=delta, claim=claim, t0=t0,
+        label="synopsis pair release (no public seeds)",
+        config={"pair": "pairs", "epsilon": epsilon, "rho": rho, "radius": radius},
+        pair={"kind": "bisector-swap", "centre": [float(v) for v in c],
+              "gate_q": [int(X.shape[0])] * 2, "row": 0, "old": X[0].tolist(),
+              "new": Xp[0].tolist()},
         sigma=sigma)
 
 

@@ -67,6 +67,10 @@ RECOMMEND_GATE = 32.0
 #: number at least this many times ``n/m*`` (the cells that synopsis can afford);
 #: checked against 15 measured cases (``docs/benchmarks.md``, "When private pays")
 PUBLIC_ENOUGH = 1.5
+#: below this many cells in the full space (and for ``d`` above the subspace's 32
+#: directions), the private subspace (``project="auto"``) finds more: measured on the
+#: shapes of ``benchmarks/bench_shapes.py`` (``docs/benchmarks.md``, "Cluster shapes")
+FULL_SPACE_MIN_CELLS = 50.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,7 +186,12 @@ class Advice:
            at least ``m*`` rows (:class:`brace.seeding.SeedingPlan`): ``cells = n/m*`` of
            them — in the full space, or, when more, in a private subspace
            (``project="auto"``, §15.1: ``m*`` at ``k = min(32, d − 1)`` dimensions and
-           the 43 % of the budget its rounds get). With ``public_rows`` rows of public
+           the 43 % of the budget its rounds get). The subspace is also advised when
+           ``d > 32`` and the full space affords fewer than
+           :data:`FULL_SPACE_MIN_CELLS` cells: there the full space's attractors are
+           too coarse and the subspace's clusters were better in every measured case
+           (digits, MNIST; ``docs/benchmarks.md``, "Cluster shapes"). With
+           ``public_rows`` rows of public
            data from the same population, public data alone is as good when
            ``public_rows ≥ PUBLIC_ENOUGH · n/m*`` (1.5: every cluster the synopsis can
            resolve then holds a public row or two): advise
@@ -197,7 +206,7 @@ class Advice:
         ``benchmarks/bench_private_n.py`` (``docs/benchmarks.md``, "When private pays").
         """
         from ..accounting import GaussianStep
-        from ..projection import MAX_DIM, ProjectionPlan
+        from ..projection import K_MAX, MAX_DIM, ProjectionPlan
         from ..seeding import SeedingPlan
 
         Q = check_int_at_least("queries", queries, 1)
@@ -243,7 +252,8 @@ class Advice:
         project = None
         if rho_s > 0 and 2 <= self._dim <= MAX_DIM:  # a private subspace first (§15.1)
             sub = n / ProjectionPlan.make(rho_s, n, self._dim, "auto").seeding.m_star
-            if sub > cells:
+            coarse = self._dim > K_MAX and cells < FULL_SPACE_MIN_CELLS
+            if sub > cells or coarse:
                 cells, project = sub, "auto"
         said = (f"each of the {Q} queries can spend eps = {eps_q:.3g}; a released step "
                 f"of a {m:g}-memory gate then has noise of norm about {noise:.3g} r")

@@ -24,7 +24,7 @@ from .._validation import check_epsilon
 from ..accounting.filter import convert
 from ..ledger.state import weights
 from ..projection import ProjectionPlan, check_project, private_projected_seeds
-from ..seeding import SeedingPlan, check_rounds, parse_domain, private_seeds
+from ..seeding import PAIR_NEAR, SeedingPlan, check_rounds, parse_domain, private_seeds
 from ..synopsis import Synopsis
 from .admission import (
     CHARGED_FAILURE,
@@ -115,6 +115,10 @@ def snapshot_without_seeds(pm: Any, *, bounds: Any, ball: Any, epsilon: float | 
         "groups": sp.k0, "trace": out["trace"], "noise": noise,
         "accounting": pm._accounting,
     }
+    if out.get("pairs") is not None:  # the pair release (§15.2): the clusters' input
+        params.update(pairs=np.asarray(out["pairs"]).tolist(),
+                      pairs_sigma=float(out["pairs_sigma"]), pairs_near=PAIR_NEAR,
+                      rho_pairs=sp.rho_pairs)
     if project is not None:
         pr = out["projection"]
         params["project"] = {
@@ -174,6 +178,9 @@ def _release_rows(out: dict[str, Any], key: str, pos: int, d: int, c0: np.ndarra
             outputs = np.concatenate([C[:, None, :], np.zeros_like(C)[:, None, :]], 1)
             params.update(edges=np.asarray(rel["edges"]).tolist(),
                           noisy_counts=v.tolist())
+        elif rel["kind"] == "pairs":  # outputs: the centres (the pair counts in params)
+            outputs = np.concatenate([C[:, None, :], np.zeros_like(C)[:, None, :]], 1)
+            params.update(near=PAIR_NEAR, noisy_counts=v.tolist())
         else:  # outputs: each cell's centre and noisy clipped offset sum
             outputs = np.concatenate([C[:, None, :], v[:, None, :-1]], axis=1)
             params.update(radius=rel["clip"], unit=rel["unit"],

@@ -1,0 +1,125 @@
+"""The clusters of a synopsis without public data: its attractors merged by the released
+pair counts (``docs/privacy-accounting.md`` §15.2). Post-processing only: every function
+here reads released values (attractors, noisy counts, the noisy pair counts and their σ)
+and public constants, never the bank.
+
+A synopsis tiles an elongated cluster with several attractors; two tiles of one cluster
+are joined by many rows near the bisector between them, two clusters with a valley
+between them by few. The pair release (:func:`brace.seeding.pair_histogram`) counts, for
+every pair of attractors, the rows whose two nearest attractors are that pair and that
+lie in the middle half of the segment between them (position ``t ≥ 1/4`` from their
+nearest). The scale is the pair's own: ``t`` is measured in units of the pair's
+distance, and the count is compared with the pair's own cells.
+
+**The rule** (:func:`merge_labels`). With ``S_ab`` the noisy pair count, ``σ`` its noise,
+``L_ab = max(0, S_ab − zσ)`` its lower bound (``z = 2``), ``m_a`` the noisy counts and
+``T_a = Σ_b L_ab`` the bounded boundary mass of ``a``: ``a`` and ``b`` are joined when
+
+* ``L_ab ≥ ratio · max(1, m_a, m_b)`` (``ratio = 0.15``: a thick bridge relative to the
+  *larger* cell, so a light cell — background rows — is not joined to a heavy one), and
+* ``L_ab ≥ share · max(T_a, T_b)`` (``share = 0.15``: the bridge is a real part of the
+  boundary of both), and
+* ``L_ab ≥ contrast · max(T_a − L_ab, T_b − L_ab)/(K − 2)`` (``contrast = 10``, for
+  ``K > 2`` attractors): the bridge stands out from the mean bridge of ``a`` and of ``b``
+  to the other attractors. Where classes overlap without a valley (digits, MNIST: few
+  attractors, every pair bridged) no bridge stands out and few are merged; a
+  synopsis of few attractors is rarely merged at all.
+
+The clusters are the connected components of the joins (a chain of tiles, whatever the
+noise in their counts, is one component; two heavy clusters are joined only by a thick
+bridge between cells of comparable weight).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = ["MERGE_CONTRAST", "MERGE_RATIO", "MERGE_SHARE", "MERGE_Z", "kmeans_labels",
+           "merge_labels", "pair_matrix"]
+
+MERGE_RATIO = 0.15
+MERGE_SHARE = 0.15
+MERGE_CONTRAST = 10.0
+MERGE_Z = 2.0
+
+
+def pair_matrix(pairs: Any, k: int) -> np.ndarray:
+    """The symmetric ``(k, k)`` matrix of the pair counts given as the upper triangle
+    (``triu_indices(k, 1)`` order, :func:`brace.seeding.pair_index`); 0 on the
+    diagonal."""
+    v = np.asarray(pairs, dtype=np.float64)
+    if v.shape != (k * (k - 1) // 2,):
+        raise ValueError(f"pairs must hold k(k-1)/2 = {k * (k - 1) // 2} counts for "
+                         f"k = {k} attractors; got shape {v.shape}.")
+    S = np.zeros((k, k))
+    iu = np.triu_indices(k, 1)
+    S[iu] = v
+    return S + S.T
+
+
+def merge_labels(counts: Any, pairs: Any, sigma: float, *, ratio: float = MERGE_RATIO,
+                 share: float = MERGE_SHARE, contrast: float = MERGE_CONTRAST,
+                 z: float = MERGE_Z) -> np.ndarray:
+    """``(k,)`` int: the cluster of each attractor by the rule of the module docstring,
+    clusters numbered by their first attractor. ``counts`` the noisy counts ``m``,
+    ``pairs`` the noisy pair counts (upper triangle), ``sigma`` their noise std.
+    Post-processing of released values."""
+    from scipy.sparse.csgraph import connected_components
+
+    m = np.asarray(counts, dtype=np.float64)
+    k = m.shape[0]
+    if not (math.isfinite(sigma) and sigma >= 0):
+        raise ValueError(f"sigma must be finite and >= 0; got {sigma!r}.")
+    if k < 2:
+        return np.zeros(k, dtype=np.int64)
+    L = np.maximum(pair_matrix(pairs, k) - z * float(sigma), 0.0)
+    T = L.sum(axis=1)
+    big = np.maximum(np.maximum(m[:, None], m[None, :]), 1.0)
+    join = (L > 0) & (L >= ratio * big) & (L >= share * np.maximum(T[:, None], T[None, :]))
+    if k > 2:  # the bridge stands out from the pair's mean bridge to the others
+        rest = np.maximum(T[:, None] - L, T[None, :] - L) / (k - 2)
+        join &= L >= contrast * rest
+    _, comp = connected_components(join, directed=False)
+    first: dict[int, int] = {}  # number the clusters by their first attractor
+    return np.array([first.setdefault(int(g), len(first)) for g in comp], dtype=np.int64)
+
+
+def kmeans_labels(points: Any, weights: Any, k: int, *, restarts: int = 8,
+                  iters: int = 100, seed: int = 0) -> np.ndarray:
+    """``(K,)`` int: weighted k-means of the attractors to ``min(k, K)`` groups (k-means++
+    starts from the public ``seed``, Lloyd's iterations, the lowest weighted inertia of
+    ``restarts``); weights ``max(count, 1)``. Post-processing."""
+    P = np.asarray(points, dtype=np.float64)
+    w = np.maximum(np.asarray(weights, dtype=np.float64), 1.0)
+    K = P.shape[0]
+    k = min(int(k), K)
+    if k >= K:
+        return np.arange(K, dtype=np.int64)
+    g = np.random.default_rng(seed)
+    best, best_lab = np.inf, None
+    for _ in range(restarts):
+        C = [P[g.choice(K, p=w / w.sum())]]
+        for _ in range(k - 1):
+            d2 = np.min(((P[:, None, :] - np.array(C)[None]) ** 2).sum(2), axis=1)
+            p = w * d2
+            C.append(P[g.choice(K, p=p / p.sum())] if p.sum() > 0 else P[g.integers(K)])
+        C = np.array(C)
+        for _ in range(iters):
+            lab = np.argmin(((P[:, None, :] - C[None]) ** 2).sum(2), axis=1)
+            new = C.copy()
+            for j in range(k):
+                sel = lab == j
+                if np.any(sel):
+                    new[j] = np.average(P[sel], axis=0, weights=w[sel])
+            if np.allclose(new, C):
+                break
+            C = new
+        lab = np.argmin(((P[:, None, :] - C[None]) ** 2).sum(2), axis=1)
+        inertia = float(np.sum(w * ((P - C[lab]) ** 2).sum(1)))
+        if inertia < best:
+            best, best_lab = inertia, lab
+    _, out = np.unique(best_lab, return_inverse=True)
+    return out.astype(np.int64)
