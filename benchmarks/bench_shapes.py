@@ -366,6 +366,12 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         out[shape] = r
     else:
+        import peers_dp
+
+        why = peers_dp.diffprivlib_unavailable() if "diffprivlib" in a.methods else None
+        if why is not None:
+            a.methods = [m for m in a.methods if m != "diffprivlib"]
+            log(f"note: {why}: diffprivlib skipped")
         seeds = a.seeds or (1 if a.quick else SEEDS_DEFAULT)
         out = run(a.shapes, a.methods, a.eps, seeds, a.quick, log)
     print(table(out, a.methods, a.eps))
