@@ -6,9 +6,11 @@ delta=1e-5, bounds=box, seed=s)`` — no public data, no k. Its rows are labelle
 synopsis's clusters (``Synopsis.cluster``: the released merge of its attractors,
 ``docs/privacy-accounting.md`` §15.2); ``synopsis_nearest`` labels them by the nearest
 attractor (the synopsis before the merge); ``synopsis_k`` is ``cluster(X, k=true k)``
-(post-processing to k, k given); ``synopsis_project`` is the same call with
-``project="auto"`` (a private subspace first, §15.1; clusters). The synopsis rows read one
-synopsis per bank, ε and seed (their fit time is the first row's).
+(post-processing to k, k given); the default call chooses its setting by a public rule
+(``project="choose"``: a private subspace for d > 32 where it affords more cells);
+``synopsis_full`` and ``synopsis_project`` are the same call with ``project=None`` (the
+full space) and ``project="auto"`` (a private subspace first, §15.1; clusters). The
+default rows read one synopsis per bank, ε and seed (their fit time is the first row's).
 
 Shapes (:data:`SHAPES`; ``n`` rows, ``d`` dimensions, ``k`` clusters):
 
@@ -177,7 +179,7 @@ def _nearest(X: np.ndarray, C: np.ndarray) -> np.ndarray:
 _SYN: dict[tuple, Any] = {}  # one synopsis per bank, ε, seed and setting, read thrice
 
 
-def m_synopsis(X, P, lo, hi, k, eps, seed, how="clusters", project=None):
+def m_synopsis(X, P, lo, hi, k, eps, seed, how="clusters", project="choose"):
     import brace
 
     key = (id(X), X.shape, eps, seed, project)
@@ -237,6 +239,8 @@ METHODS: dict[str, tuple[Any, str, str]] = {
                          "synopsis, nearest attractor (no merge)", "DP, no k"),
     "synopsis_k": (lambda *a: m_synopsis(*a, how="k"), "synopsis, cluster(k=true k)",
                    "DP, k given"),
+    "synopsis_full": (lambda *a: m_synopsis(*a, project=None),
+                      "synopsis, full space (project=None; clusters)", "DP, no k"),
     "synopsis_project": (lambda *a: m_synopsis(*a, project="auto"),
                          "synopsis, private subspace (project='auto'; clusters)",
                          "DP, no k"),
