@@ -310,13 +310,13 @@ def figure(out: dict[str, Any], methods, eps_list, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    shapes = list(out)
+    shapes = [s for s in SHAPES if s in out]
     cols = 4
     rows = (len(shapes) + cols) // cols  # one panel more for the legend
     fig, axs = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.9 * rows), sharey=True)
     axs = np.atleast_1d(axs).ravel()
     for ax, shape in zip(axs, shapes, strict=False):
-        for m in methods:
+        for i, m in enumerate(methods):  # one colour per method in every panel
             if m in EPS_FREE:
                 v = out[shape]["results"].get(m)
                 if v:
@@ -326,7 +326,7 @@ def figure(out: dict[str, Any], methods, eps_list, path: str) -> None:
                   if f"{m}@{e:g}" in out[shape]["results"]]
             if ys:
                 ax.plot(eps_list[:len(ys)], ys, marker="o", label=METHODS[m][1],
-                        lw=2.5 if m == "synopsis" else 1)
+                        c=f"C{i % 10}", lw=2.5 if m == "synopsis" else 1)
         ax.set_xscale("log")
         ax.set_xticks(eps_list, [f"{e:g}" for e in eps_list])
         ax.minorticks_off()
