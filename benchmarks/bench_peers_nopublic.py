@@ -515,11 +515,10 @@ def main(argv: list[str] | None = None) -> int:
         datasets = [x for x in datasets if x != "mnist"]
         notes.append("$BRACE_MNIST_DIR not set: MNIST skipped")
     methods = {k: v for k, v in METHODS.items() if k not in a.skip}
-    try:
-        import diffprivlib  # noqa: F401
-    except ImportError:
+    why = peers_dp.diffprivlib_unavailable()
+    if why is not None:
         methods.pop("diffprivlib", None)
-        notes.append("diffprivlib not installed (pip install 'brace-dam[peers]'): skipped")
+        notes.append(f"{why}: skipped")
     for note in notes:
         print("note:", note, file=sys.stderr)
     t0 = time.perf_counter()

@@ -67,8 +67,9 @@ the label of the bank row nearest to the completion with the query's own source 
 excluded; ``identity`` is the query itself. When that module can be imported (from this
 directory or ``--peers-dir``), the peers run on the same banks, seeds and protocol
 (``--peers``; its ``run_bank``), else the synopsis runs alone with the same loaders.
-``--np-project auto`` runs the synopsis with a private subspace first (``project="auto"``,
-``docs/privacy-accounting.md`` §15.1) instead.
+The synopsis is the default call (its setting by the public rule, ``project="choose"``);
+``--np-project auto`` runs it with a private subspace first (``project="auto"``,
+``docs/privacy-accounting.md`` §15.1), ``--np-project none`` in the full space.
 
 Usage::
 
@@ -76,7 +77,7 @@ Usage::
         [--seeds 20] [--completion-seeds 10] [--threads 1]
     OMP_NUM_THREADS=2 python benchmarks/bench_real.py --no-public [--np-seeds 5]
         [--np-datasets digits mnist synthetic synthetic128] [--peers lsh_tree ...]
-        [--peers-dir DIR] [--np-project auto] [--json out.json]
+        [--peers-dir DIR] [--np-project {choose,auto,none}] [--json out.json]
 
 Without diffprivlib (``pip install 'brace-dam[peers]'``) its rows are skipped with a note.
 """
@@ -414,12 +415,12 @@ def completion_table(res: dict[str, Any]) -> str:
 NP_EPS = {"digits": (0.25, 0.5, 1.0, 2.0, 4.0, 8.0), "mnist": (1.0, 2.0, 4.0, 8.0),
           "synthetic": (1.0, 4.0), "synthetic128": (1.0, 4.0)}
 NP_QUERIES = 1000
-NP_PROJECT: list[str | None] = [None]  # --np-project: the synopsis's `project`
+NP_PROJECT: list[str | None] = ["choose"]  # --np-project: the synopsis's `project`
 
 
 def m_synopsis(bank: Any, dom: Any, eps: float, delta: float, seed: int) -> Any:
-    """The synopsis without public data: a public box, nothing else (with
-    ``--np-project auto``, a private subspace first)."""
+    """The synopsis without public data: a public box, nothing else (the default call;
+    ``--np-project auto``: a private subspace first; ``none``: the full space)."""
     return brace.private_synopsis(bank.X, epsilon=eps, delta=delta,
                                   bounds=(dom.lo, dom.hi), seed=seed,
                                   project=NP_PROJECT[0])
@@ -574,11 +575,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="methods of bench_peers_nopublic.METHODS to run beside it")
     p.add_argument("--peers-dir", default=None,
                    help="a directory holding bench_peers_nopublic.py (default: this one)")
-    p.add_argument("--np-project", default=None, choices=("auto",),
-                   help="the synopsis without public data in a private subspace "
-                   "(project='auto')")
+    p.add_argument("--np-project", default="choose", choices=("choose", "auto", "none"),
+                   help="the synopsis without public data: its default setting "
+                   "(choose), a private subspace (auto) or the full space (none)")
     a = p.parse_args(argv)
-    NP_PROJECT[0] = a.np_project
+    NP_PROJECT[0] = None if a.np_project == "none" else a.np_project
     if a.no_public:
         log_np = _bench.Log()
         names = tuple(a.np_datasets or (("digits", "synthetic") if a.quick else

@@ -6,9 +6,11 @@ delta=1e-5, bounds=box, seed=s)`` — no public data, no k. Its rows are labelle
 synopsis's clusters (``Synopsis.cluster``: the released merge of its attractors,
 ``docs/privacy-accounting.md`` §15.2); ``synopsis_nearest`` labels them by the nearest
 attractor (the synopsis before the merge); ``synopsis_k`` is ``cluster(X, k=true k)``
-(post-processing to k, k given); ``synopsis_project`` is the same call with
-``project="auto"`` (a private subspace first, §15.1; clusters). The synopsis rows read one
-synopsis per bank, ε and seed (their fit time is the first row's).
+(post-processing to k, k given); the default call chooses its setting by a public rule
+(``project="choose"``: a private subspace for d > 32 where it affords more cells);
+``synopsis_full`` and ``synopsis_project`` are the same call with ``project=None`` (the
+full space) and ``project="auto"`` (a private subspace first, §15.1; clusters). The
+default rows read one synopsis per bank, ε and seed (their fit time is the first row's).
 
 Shapes (:data:`SHAPES`; ``n`` rows, ``d`` dimensions, ``k`` clusters):
 
@@ -177,7 +179,7 @@ def _nearest(X: np.ndarray, C: np.ndarray) -> np.ndarray:
 _SYN: dict[tuple, Any] = {}  # one synopsis per bank, ε, seed and setting, read thrice
 
 
-def m_synopsis(X, P, lo, hi, k, eps, seed, how="clusters", project=None):
+def m_synopsis(X, P, lo, hi, k, eps, seed, how="clusters", project="choose"):
     import brace
 
     key = (id(X), X.shape, eps, seed, project)
@@ -237,6 +239,8 @@ METHODS: dict[str, tuple[Any, str, str]] = {
                          "synopsis, nearest attractor (no merge)", "DP, no k"),
     "synopsis_k": (lambda *a: m_synopsis(*a, how="k"), "synopsis, cluster(k=true k)",
                    "DP, k given"),
+    "synopsis_full": (lambda *a: m_synopsis(*a, project=None),
+                      "synopsis, full space (project=None; clusters)", "DP, no k"),
     "synopsis_project": (lambda *a: m_synopsis(*a, project="auto"),
                          "synopsis, private subspace (project='auto'; clusters)",
                          "DP, no k"),
@@ -306,13 +310,13 @@ def figure(out: dict[str, Any], methods, eps_list, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    shapes = list(out)
+    shapes = [s for s in SHAPES if s in out]
     cols = 4
     rows = (len(shapes) + cols) // cols  # one panel more for the legend
     fig, axs = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.9 * rows), sharey=True)
     axs = np.atleast_1d(axs).ravel()
     for ax, shape in zip(axs, shapes, strict=False):
-        for m in methods:
+        for i, m in enumerate(methods):  # one colour per method in every panel
             if m in EPS_FREE:
                 v = out[shape]["results"].get(m)
                 if v:
@@ -322,7 +326,7 @@ def figure(out: dict[str, Any], methods, eps_list, path: str) -> None:
                   if f"{m}@{e:g}" in out[shape]["results"]]
             if ys:
                 ax.plot(eps_list[:len(ys)], ys, marker="o", label=METHODS[m][1],
-                        lw=2.5 if m == "synopsis" else 1)
+                        c=f"C{i % 10}", lw=2.5 if m == "synopsis" else 1)
         ax.set_xscale("log")
         ax.set_xticks(eps_list, [f"{e:g}" for e in eps_list])
         ax.minorticks_off()
@@ -366,6 +370,12 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         out[shape] = r
     else:
+        import peers_dp
+
+        why = peers_dp.diffprivlib_unavailable() if "diffprivlib" in a.methods else None
+        if why is not None:
+            a.methods = [m for m in a.methods if m != "diffprivlib"]
+            log(f"note: {why}: diffprivlib skipped")
         seeds = a.seeds or (1 if a.quick else SEEDS_DEFAULT)
         out = run(a.shapes, a.methods, a.eps, seeds, a.quick, log)
     print(table(out, a.methods, a.eps))

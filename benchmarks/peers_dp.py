@@ -21,8 +21,28 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["diffprivlib_kmeans", "dp_grams", "grams_epsilon", "grams_noise_multiplier",
-           "merge_points"]
+__all__ = ["diffprivlib_kmeans", "diffprivlib_unavailable", "dp_grams", "grams_epsilon",
+           "grams_noise_multiplier", "merge_points"]
+
+
+def diffprivlib_unavailable() -> str | None:
+    """Why diffprivlib's ``KMeans`` cannot run here (``None`` where it can): not
+    installed, or installed beside a scikit-learn it cannot import with (diffprivlib
+    0.6.6 needs scikit-learn < 1.7, as the ``peers`` extra pins)."""
+    try:
+        from diffprivlib.models import KMeans  # noqa: F401
+    except ModuleNotFoundError:
+        return "diffprivlib not installed (pip install 'brace-dam[peers]')"
+    except ImportError as e:
+        from importlib.metadata import version
+
+        try:
+            sk, dp = version("scikit-learn"), version("diffprivlib")
+        except Exception:  # noqa: BLE001 - the versions only decorate the reason
+            sk, dp = "?", "?"
+        return (f"diffprivlib {dp} cannot import with scikit-learn {sk} ({e}); the "
+                f"'peers' extra pins scikit-learn < 1.7")
+    return None
 
 
 def diffprivlib_kmeans(X: Any, k: int, *, epsilon: float, bounds: tuple[Any, Any],

@@ -144,23 +144,32 @@ def test_separated_round_clusters_stay_apart_on_real_releases():
     assert adjusted_rand_score(y, lab) > adjusted_rand_score(y, syn.assign(X)) + 0.1
 
 
-@pytest.mark.xfail(reason="seed-lucky on the merged budget calibration: being reworked",
-                   strict=False)
+def _blob_and_rod(d: int = 6, n: int = 6000) -> tuple[np.ndarray, np.ndarray]:
+    """A round blob (std 0.02) and a thin rod 1.2 long (std 0.02 across it), d = 6."""
+    rng = np.random.default_rng(4)
+    centres = np.array([[-0.5] + [0.0] * (d - 1), [0.5] + [0.0] * (d - 1)])
+    y = np.arange(n) % 2
+    X = centres[y] + 0.02 * rng.standard_normal((n, d))
+    X[y == 1, 1] = rng.uniform(-0.6, 0.6, int((y == 1).sum()))
+    return X, y
+
+
 def test_an_elongated_cluster_is_one_cluster_on_real_releases():
+    """Over seeds: the rod and the blob are tiled by many attractors, and the merge finds
+    the two clusters — better, not worse, with more budget."""
     from sklearn.metrics import adjusted_rand_score
 
-    rng = np.random.default_rng(4)
-    d = 6
-    centres = np.array([[-0.5] + [0.0] * (d - 1), [0.5] + [0.0] * (d - 1)])
-    y = np.arange(6000) % 2
-    scale = np.array([0.02] * d)
-    X = np.empty((6000, d))
-    X[:, :] = centres[y] + scale * rng.standard_normal((6000, d))
-    # cluster 1 is a long thin rod along the second axis; cluster 0 a round blob
-    X[y == 1, 1] = rng.uniform(-0.6, 0.6, int((y == 1).sum()))
-    syn = brace.private_synopsis(X, epsilon=4.0, delta=1e-5, bounds=(-1, 1), seed=0)
-    assert syn.n_attractors > 2  # the rod is tiled
-    assert adjusted_rand_score(y, syn.cluster(X)) > 0.95
+    X, y = _blob_and_rod()
+    ari: dict[float, list[float]] = {1.0: [], 4.0: []}
+    for eps, seeds in ((1.0, range(3)), (4.0, range(6))):
+        for s in seeds:
+            syn = brace.private_synopsis(X, epsilon=eps, delta=1e-5, bounds=(-1, 1),
+                                         seed=s)
+            assert syn.n_attractors > 8  # both are tiled
+            ari[eps].append(adjusted_rand_score(y, syn.cluster(X)))
+    assert min(ari[4.0]) > 0.75 and float(np.median(ari[4.0])) > 0.95, ari
+    assert min(ari[1.0]) > 0.5, ari
+    assert np.mean(ari[4.0]) > np.mean(ari[1.0]), ari
 
 
 def test_the_clusters_are_a_function_of_the_released_synopsis_alone():

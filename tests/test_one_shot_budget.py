@@ -116,3 +116,24 @@ def test_calibration_validates_its_arguments():
         calibrate_one_shot(-1.0, DELTA)
     with pytest.raises(ValueError, match="delta"):
         one_shot_filter(1.0, 2.0)
+
+
+def test_the_default_setting_is_the_public_rule_of_recommend():
+    """``project="choose"`` (the default): the setting is ``synopsis_space`` at the
+    call's total ρ and the bank's shape for d > 32 — the subspace for few rows in high
+    dimension — the full space for d ≤ 32, and never depends on the rows."""
+    from brace.budget.advice import synopsis_space
+
+    hi_d = _bank(n=600, d=40)
+    for eps in (1.0, 4.0):
+        want = synopsis_space(calibrate_one_shot(eps, DELTA)[0], 600, 40)[1]
+        assert want == "auto"  # 600 rows in d = 40: the full space is too coarse
+        for X in (hi_d, -hi_d[::-1]):  # two banks of one shape: one choice
+            syn = private_synopsis(X, epsilon=eps, delta=DELTA, bounds=(-1, 1), seed=0)
+            assert syn.params["project"]["rule"] == "auto"
+            assert syn.epsilon <= eps
+        full = private_synopsis(hi_d, epsilon=eps, delta=DELTA, bounds=(-1, 1), seed=0,
+                                project=None)  # asked for: the full space
+        assert "project" not in full.params
+    low = private_synopsis(_bank(), epsilon=1.0, delta=DELTA, bounds=(-1, 1), seed=0)
+    assert "project" not in low.params  # d = 3: the full space

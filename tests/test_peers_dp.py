@@ -125,7 +125,9 @@ def test_dp_grams_rejects_bad_input(kw, msg):
 
 
 def test_diffprivlib_kmeans():
-    pytest.importorskip("diffprivlib")
+    why = peers_dp.diffprivlib_unavailable()
+    if why is not None:
+        pytest.skip(why)
     X = _two_clusters()
     a = peers_dp.diffprivlib_kmeans(X, 2, epsilon=50.0, bounds=(-6.0, 6.0), seed=3)
     b = peers_dp.diffprivlib_kmeans(X, 2, epsilon=50.0, bounds=(-6.0, 6.0), seed=3)
@@ -160,8 +162,4 @@ def test_nopublic_harness_registry_and_scores():
 
 
 def bn_have_diffprivlib() -> bool:
-    try:
-        import diffprivlib  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return peers_dp.diffprivlib_unavailable() is None

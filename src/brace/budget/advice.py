@@ -73,6 +73,27 @@ PUBLIC_ENOUGH = 1.5
 FULL_SPACE_MIN_CELLS = 50.0
 
 
+def synopsis_space(rho: float, n: int, d: int) -> tuple[float, str | None]:
+    """``(cells, project)``: the setting of a synopsis without public seeds of total zCDP
+    ``rho`` on ``n`` rows in ``d`` dimensions (default plans), by a public rule:
+    ``cells = n/m*`` in the full space (:class:`brace.seeding.SeedingPlan`) or, where
+    more — or where ``d > 32`` and the full space affords fewer than
+    :data:`FULL_SPACE_MIN_CELLS` — in a private subspace (``project="auto"``, §15.1).
+    A public function of ``(ρ, n, d)``: it reads no row. Used by
+    :meth:`PrivateMemory.recommend` and as ``brace.private_synopsis``'s default."""
+    from ..projection import K_MAX, MAX_DIM, ProjectionPlan
+    from ..seeding import SeedingPlan
+
+    if not rho > 0:
+        return 0.0, None
+    cells = n / SeedingPlan.make(rho, n, d).m_star
+    if 2 <= d <= MAX_DIM:  # a private subspace first (§15.1)
+        sub = n / ProjectionPlan.make(rho, n, d, "auto").seeding.m_star
+        if sub > cells or (d > K_MAX and cells < FULL_SPACE_MIN_CELLS):
+            return sub, "auto"
+    return cells, None
+
+
 @dataclasses.dataclass(frozen=True)
 class Recommendation:
     """What :meth:`PrivateMemory.recommend` advises: ``use`` is ``"retrieve"``,
@@ -206,8 +227,6 @@ class Advice:
         ``benchmarks/bench_private_n.py`` (``docs/benchmarks.md``, "When private pays").
         """
         from ..accounting import GaussianStep
-        from ..projection import K_MAX, MAX_DIM, ProjectionPlan
-        from ..seeding import SeedingPlan
 
         Q = check_int_at_least("queries", queries, 1)
         T = check_steps(steps)
@@ -248,13 +267,7 @@ class Advice:
                                              lambda was: search(self._worst(()), was))
         noise = (math.sqrt(self._dim) * 2.0 / m / math.sqrt(2.0 * rho)) if rho > 0 \
             else math.inf
-        cells = (n / SeedingPlan.make(rho_s, n, self._dim).m_star) if rho_s > 0 else 0.0
-        project = None
-        if rho_s > 0 and 2 <= self._dim <= MAX_DIM:  # a private subspace first (§15.1)
-            sub = n / ProjectionPlan.make(rho_s, n, self._dim, "auto").seeding.m_star
-            coarse = self._dim > K_MAX and cells < FULL_SPACE_MIN_CELLS
-            if sub > cells or coarse:
-                cells, project = sub, "auto"
+        cells, project = synopsis_space(rho_s, n, self._dim)
         said = (f"each of the {Q} queries can spend eps = {eps_q:.3g}; a released step "
                 f"of a {m:g}-memory gate then has noise of norm about {noise:.3g} r")
         syn = (f"a synopsis without public seeds spending what remains resolves clusters "

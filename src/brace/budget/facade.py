@@ -347,7 +347,8 @@ class PrivateMemory(LedgerSync, Admission, Advice, Snapshots):
 
 def private_synopsis(bank: Any, *, epsilon: float, delta: float, seeds: Any = None,
                      radius: float | None = None, beta: float | None = None,
-                     steps: int = 0, seed: Any = None, **kw: Any) -> Synopsis:
+                     steps: int = 0, seed: Any = None, project: Any = "choose",
+                     **kw: Any) -> Synopsis:
     """A one-shot ``(epsilon, delta)``-DP synopsis of ``bank``: a fresh
     :class:`PrivateMemory` with that budget (global accounting) spent on one
     :meth:`PrivateMemory.snapshot` (``docs/privacy-accounting.md`` §14; without
@@ -367,8 +368,29 @@ def private_synopsis(bank: Any, *, epsilon: float, delta: float, seeds: Any = No
     own releases (``params["radius_rule"] == "private scale"``); with ``project``,
     ``sqrt(s² + e)``, ``s`` the scale in the subspace and ``e`` the released mean squared
     distance of a (clipped) row from the subspace (post-processing of the second
-    moments)."""
+    moments).
+
+    ``project`` (without seeds): ``None`` (the full space), ``"auto"`` or an int ``k``
+    (a private subspace first, §15.1), or the default ``"choose"``: for ``d > 32``, the
+    public rule of :func:`brace.budget.advice.synopsis_space` at the call's total ρ
+    (:func:`brace.accounting.calibration.calibrate_one_shot`), ``n`` and ``d`` — the
+    subspace where it affords more cells or the full space fewer than 50 (the setting
+    :meth:`PrivateMemory.recommend` advises; ``docs/benchmarks.md``, "Cluster shapes");
+    for ``d ≤ 32`` the full space. With ``seeds`` leave it at ``"choose"``."""
+    from ..accounting.calibration import calibrate_one_shot
+    from ..projection import K_MAX
     from ..seeding import parse_domain
+    from .advice import synopsis_space
+
+    if isinstance(project, str) and project == "choose":
+        project = None
+        if seeds is None:  # public values only: (ε, δ) → ρ, and the bank's shape
+            X = bank.bank if isinstance(bank, LSRMemory) else bank
+            if np.ndim(X) == 2 and np.shape(X)[1] > K_MAX:
+                n_, d_ = (int(v) for v in np.shape(X))
+                _, project = synopsis_space(calibrate_one_shot(epsilon, delta)[0], n_, d_)
+    if project is not None:
+        kw["project"] = project
 
     rule = None
     if seeds is None and radius is None and beta is None:
