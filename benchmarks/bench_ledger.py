@@ -201,12 +201,12 @@ def measure(X: np.ndarray, r: float, size: int, accounting: str, T: int, calls: 
 def use_journal(journal: str) -> Any:
     """Give every ledger connection the journal mode ``journal`` (``WAL+checkpoint``:
     WAL with a checkpoint after every commit); returns the undo."""
-    real_connect = Ledger.__dict__["_connect"]
+    real_connect = ledger_module.connect
     real_mode = ledger_module.JOURNAL_MODE
     sql = "WAL" if journal == "WAL+checkpoint" else journal
 
     def connect(path, timeout, *, mode="rw", immutable=False):
-        conn = real_connect.__func__(path, timeout, mode=mode, immutable=immutable)
+        conn = real_connect(path, timeout, mode=mode, immutable=immutable)
         if mode != "ro":
             conn.execute(f"PRAGMA journal_mode={sql}")
             if journal == "WAL+checkpoint":
@@ -214,10 +214,10 @@ def use_journal(journal: str) -> Any:
         return conn
 
     ledger_module.JOURNAL_MODE = sql
-    Ledger._connect = staticmethod(connect)
+    ledger_module.connect = connect
 
     def undo() -> None:
-        Ledger._connect = real_connect
+        ledger_module.connect = real_connect
         ledger_module.JOURNAL_MODE = real_mode
 
     return undo

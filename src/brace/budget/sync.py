@@ -14,7 +14,7 @@ import numpy as np
 from .. import ledger as _ledger
 from ..accounting import PrivacySpent
 from ..accounting.filter import FootprintIndex, K
-from ..ledger.record import PendingCharges
+from ..ledger.pending import PendingCharges
 from ..ledger.state import weights
 from ..mechanisms import DIAGNOSTIC_FIELDS, PrivateRetrievalResult
 from .admission import CHARGED_FAILURE, AdmittedCallFailed

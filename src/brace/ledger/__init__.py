@@ -26,6 +26,7 @@ from typing import Any
 
 from .backend import ledger_class
 from .backup import backup_ledger, copy_ledger, repair_ledger
+from .pending import PendingCharges, settle
 from .record import (
     CELLS_METHOD,
     COMPLETES,
@@ -35,7 +36,6 @@ from .record import (
     PENDING_NOTE,
     LedgerError,
     LedgerLockTimeout,
-    PendingCharges,
     ReleaseRow,
     bank_fingerprint,
     check_meta,
@@ -45,7 +45,6 @@ from .record import (
     new_meta,
     now,
     parse_row,
-    settle,
 )
 from .sqlite import JOURNAL_MODE, Ledger
 from .state import (

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from .backend import ledger_class
-from .files import _check_path, _explain, _staged
-from .record import LedgerError, settle
+from .files import _check_path, _explain, _staged, connect
+from .pending import settle
+from .record import LedgerError
 from .sqlite import Ledger
 from .state import LedgerState, inspect_ledger
 
@@ -150,7 +151,7 @@ def backup_ledger(source: str | os.PathLike, target: str | os.PathLike, *,
         _check_path(p, must_exist=False)
         with _staged(p) as tmp:
             try:
-                dst = Ledger._connect(tmp, timeout, mode="rwc")
+                dst = connect(tmp, timeout, mode="rwc")
                 try:
                     conn.backup(dst)  # one consistent snapshot, also while others write
                 finally:

@@ -10,6 +10,8 @@ import errno
 import json
 import os
 import secrets
+import sqlite3
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -194,3 +196,45 @@ def _holder(path: Path) -> str:
     except (OSError, ValueError, KeyError, TypeError):
         return "another thread or process holds its write lock"
 
+
+def connect(path: Path, timeout: float, *, mode: str = "rw",
+             immutable: bool = False) -> sqlite3.Connection:
+    """A connection in SQLite's URI ``mode`` (``rw`` never creates a file, ``rwc``
+    creates, ``ro`` reads only; ``immutable``: no locks, for a file no one writes)."""
+    uri = f"file:{urllib.parse.quote(os.fspath(path), safe='/')}?mode={mode}" + (
+        "&immutable=1" if immutable else "")
+    conn = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None,
+                           check_same_thread=False)
+    try:
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # opens the file
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def connect_read_only(p: Path, timeout: float, *, snapshot: bool
+                       ) -> sqlite3.Connection:
+    """A read-only connection. A WAL ledger in a directory this process may not
+    write opens read-only only while its journal files exist and are writable;
+    otherwise, where a one-shot read is wanted (``snapshot``: ``brace ledger show``,
+    a backup) and its write-ahead log is absent or empty (the main file is
+    complete), it is opened immutable; with releases in a log it cannot open, it is
+    one clear error."""
+    try:
+        return connect(p, timeout, mode="ro")
+    except sqlite3.OperationalError as exc:
+        text = str(exc)
+        if not snapshot or not ("unable to open" in text or _is_permission(exc)):
+            raise
+        wal = Path(os.fspath(p) + "-wal")
+        with contextlib.suppress(OSError):
+            if wal.stat().st_size > 0:
+                raise LedgerError(
+                    f"cannot read ledger {p}: its write-ahead log {wal} holds releases "
+                    f"not yet in the main file, and {_who()} may not write the "
+                    f"directory {p.parent}, where SQLite needs its journal files to "
+                    "read them. Read it as a user who may write that directory (or "
+                    "once no process has it open). It was not changed.") from None
+    return connect(p, timeout, mode="ro", immutable=True)

@@ -38,7 +38,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -56,8 +55,9 @@ from .files import (
     _not_sqlite,
     _staged,
     _unwritable,
-    _who,
     _write_holder,
+    connect,
+    connect_read_only,
 )
 from .record import (
     LedgerError,
@@ -119,23 +119,6 @@ class Ledger(Chain):
                           for suffix in ("", "-wal", "-shm")}
 
     # ------------------------------------------------------------------------------
-    @staticmethod
-    def _connect(path: Path, timeout: float, *, mode: str = "rw",
-                 immutable: bool = False) -> sqlite3.Connection:
-        """A connection in SQLite's URI ``mode`` (``rw`` never creates a file, ``rwc``
-        creates, ``ro`` reads only; ``immutable``: no locks, for a file no one writes)."""
-        uri = f"file:{urllib.parse.quote(os.fspath(path), safe='/')}?mode={mode}" + (
-            "&immutable=1" if immutable else "")
-        conn = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None,
-                               check_same_thread=False)
-        try:
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # opens the file
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
     @classmethod
     def create(cls, path: str | os.PathLike, *, fingerprint: dict[str, Any],
                budget: tuple[float, float], filter_spec: dict[str, Any],
@@ -157,7 +140,7 @@ class Ledger(Chain):
         meta = new_meta(fingerprint, budget, filter_spec, k)
         with _staged(p) as tmp:
             try:
-                conn = cls._connect(tmp, timeout, mode="rwc")
+                conn = connect(tmp, timeout, mode="rwc")
             except sqlite3.Error as exc:
                 raise LedgerError(f"cannot create ledger {p}: {_explain(exc, p, True)}") \
                     from None
@@ -203,9 +186,9 @@ class Ledger(Chain):
         why = _unwritable(p) if write else "it was opened read-only"
         try:
             if why is None:
-                conn = cls._connect(p, timeout)
+                conn = connect(p, timeout)
             else:
-                conn = cls._connect_read_only(p, timeout, snapshot=not write)
+                conn = connect_read_only(p, timeout, snapshot=not write)
         except sqlite3.DatabaseError as exc:
             problem = _access_problem(p) or (why if write else None)
             if problem or _is_permission(exc):
@@ -223,32 +206,6 @@ class Ledger(Chain):
             conn.close()
             raise
         return cls(p, conn, meta, k, timeout, read_only=why)
-
-    @classmethod
-    def _connect_read_only(cls, p: Path, timeout: float, *, snapshot: bool
-                           ) -> sqlite3.Connection:
-        """A read-only connection. A WAL ledger in a directory this process may not
-        write opens read-only only while its journal files exist and are writable;
-        otherwise, where a one-shot read is wanted (``snapshot``: ``brace ledger show``,
-        a backup) and its write-ahead log is absent or empty (the main file is
-        complete), it is opened immutable; with releases in a log it cannot open, it is
-        one clear error."""
-        try:
-            return cls._connect(p, timeout, mode="ro")
-        except sqlite3.OperationalError as exc:
-            text = str(exc)
-            if not snapshot or not ("unable to open" in text or _is_permission(exc)):
-                raise
-            wal = Path(os.fspath(p) + "-wal")
-            with contextlib.suppress(OSError):
-                if wal.stat().st_size > 0:
-                    raise LedgerError(
-                        f"cannot read ledger {p}: its write-ahead log {wal} holds releases "
-                        f"not yet in the main file, and {_who()} may not write the "
-                        f"directory {p.parent}, where SQLite needs its journal files to "
-                        "read them. Read it as a user who may write that directory (or "
-                        "once no process has it open). It was not changed.") from None
-        return cls._connect(p, timeout, mode="ro", immutable=True)
 
     def close(self) -> None:
         """Close the connection; a later use of this object is a :class:`LedgerError`."""

@@ -19,6 +19,7 @@ from .._validation import check_budget
 from ..accounting.filter import FilterSpec, FootprintIndex, K, convert, event_weights
 from . import record as _ledger
 from .backend import ledger_class
+from .pending import settle
 from .record import JSON_LEDGER_FORMAT, _reject_constant
 from .sqlite import Ledger
 
@@ -172,7 +173,7 @@ def inspect_ledger(path: str | os.PathLike, *, ledger_key: bytes | str | None = 
         db.close()
     stored = len(rows) + len(bad or ())
     try:  # the two-phase record: a completion replaces its pending charge (§4.1)
-        rows, pending = _ledger.settle(rows, unknown=[i for i, _ in bad or ()])
+        rows, pending = settle(rows, unknown=[i for i, _ in bad or ()])
     except _ledger.LedgerError as exc:
         raise _ledger.LedgerError(f"ledger {where}: {exc}") from None
     dim = int(meta["fingerprint"].get("shape", [0, 1])[1])
