@@ -104,6 +104,26 @@ def test_two_blobs_with_a_valley_stay_apart():
     assert lab[14] != lab[15]
 
 
+def test_a_fine_tiling_scales_ratio_and_share_down():
+    # 128 tiles (K = 2·MERGE_TILES): two chains of 64, each tile bridged to its
+    # neighbours by 0.1 of the largest count — below ratio = 0.15, above (64/128)·0.15
+    counts, pairs = _chain(128, m=300.0, bridge=0.1 * 428.0 + 2 * 1.0)
+    k = 128
+    S = np.zeros((k, k))
+    S[np.triu_indices(k, 1)] = pairs
+    S = S + S.T
+    S[63, 64] = S[64, 63] = 0.0  # a valley between the two chains
+    v = S[np.triu_indices(k, 1)]
+    lab = mg.merge_labels(counts, v, sigma=1.0)
+    assert np.unique(lab[:64]).size == 1 and np.unique(lab[64:]).size == 1
+    assert lab[0] != lab[64]
+    # unscaled (tiles >= K), the same bridges join nothing
+    assert np.unique(mg.merge_labels(counts, v, sigma=1.0, tiles=k)).size > 100
+    # at most MERGE_TILES attractors nothing is scaled: 64 tiles, the same thin bridges
+    c64, p64 = _chain(mg.MERGE_TILES, m=300.0, bridge=0.1 * 428.0 + 2 * 1.0)
+    assert np.unique(mg.merge_labels(c64, p64, sigma=1.0)).size > 50
+
+
 def test_overlapping_classes_without_a_standing_out_bridge_stay_apart():
     # few attractors, every pair bridged thickly (overlapping classes: MNIST-like)
     counts = np.array([2600.0, 2500, 2300, 1800])

@@ -27,6 +27,12 @@ distance, and the count is compared with the pair's own cells.
   a round blob tiled by 4 attractors — each tile bridged to 3 others — and the tiles of
   a rod, whose bridges to both neighbours count against each other.)
 
+With more than ``tiles = 64`` attractors (the plan's ``k_cap``: more attractors than
+starting centres means the split rounds tiled the clusters finely, as they do at a large
+budget), ``ratio`` and ``share`` are multiplied by ``tiles/K``: a finer tiling shares a
+tile's boundary among more neighbours, so each bridge is a smaller part of it (without
+this, anisotropic clusters at ε = 4 stayed in more pieces than at ε = 1).
+
 The clusters are the connected components of the joins (a chain of tiles, whatever the
 noise in their counts, is one component; two heavy clusters are joined only by a thick
 bridge between cells of comparable weight).
@@ -39,13 +45,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MERGE_CONTRAST", "MERGE_RATIO", "MERGE_SHARE", "MERGE_Z", "kmeans_labels",
-           "merge_labels", "pair_matrix"]
+__all__ = ["MERGE_CONTRAST", "MERGE_RATIO", "MERGE_SHARE", "MERGE_TILES", "MERGE_Z",
+           "kmeans_labels", "merge_labels", "pair_matrix"]
 
 MERGE_RATIO = 0.15
 MERGE_SHARE = 0.15
 MERGE_CONTRAST = 5.0
 MERGE_Z = 2.0
+MERGE_TILES = 64  # above this many attractors, ratio and share scale by MERGE_TILES/K
 
 
 def pair_matrix(pairs: Any, k: int) -> np.ndarray:
@@ -64,10 +71,11 @@ def pair_matrix(pairs: Any, k: int) -> np.ndarray:
 
 def merge_labels(counts: Any, pairs: Any, sigma: float, *, ratio: float = MERGE_RATIO,
                  share: float = MERGE_SHARE, contrast: float = MERGE_CONTRAST,
-                 z: float = MERGE_Z) -> np.ndarray:
+                 z: float = MERGE_Z, tiles: float = MERGE_TILES) -> np.ndarray:
     """``(k,)`` int: the cluster of each attractor by the rule of the module docstring,
     clusters numbered by their first attractor. ``counts`` the noisy counts ``m``,
-    ``pairs`` the noisy pair counts (upper triangle), ``sigma`` their noise std.
+    ``pairs`` the noisy pair counts (upper triangle), ``sigma`` their noise std; with
+    ``K > tiles`` attractors, ``ratio`` and ``share`` are scaled by ``tiles/K``.
     Post-processing of released values."""
     from scipy.sparse.csgraph import connected_components
 
@@ -80,7 +88,9 @@ def merge_labels(counts: Any, pairs: Any, sigma: float, *, ratio: float = MERGE_
     L = np.maximum(pair_matrix(pairs, k) - z * float(sigma), 0.0)
     T = L.sum(axis=1)
     big = np.maximum(np.maximum(m[:, None], m[None, :]), 1.0)
-    join = (L > 0) & (L >= ratio * big) & (L >= share * np.maximum(T[:, None], T[None, :]))
+    f = min(1.0, float(tiles) / k)  # finer tilings: each bridge a smaller part of a tile
+    join = ((L > 0) & (L >= f * ratio * big)
+            & (L >= f * share * np.maximum(T[:, None], T[None, :])))
     if k > 2:  # the bridge stands out from the pair's mean bridge to the others
         rest = np.maximum(T[:, None] - L, T[None, :] - L) / (k - 2)
         join &= L >= contrast * rest
