@@ -33,9 +33,14 @@ distances) come back to the host as numpy arrays. The pass is
   not correctly rounded in torch 2.13: about 1 % of values are one ulp off).
 
 Several row tiles are processed per device call (a *super-block*); results do not depend
-on that batching. Validation (finiteness, float64 squared norms on the device) and the
-fingerprint read the bank in row blocks; the fingerprint hashes each block on the host
-(one block copied at a time, never the whole bank).
+on that batching. Within a chunk of centres, the distance tile and a dense tile's float64
+mask product are computed over slices of centres whose working copies stay within a
+fortieth of the bank's bytes (``_SLICE_SHARE``, at least ``_MIN_SLICE`` centres). Counts,
+memberships and canonical sums do not depend on the slices (the band holds for any
+product order; a dense tile's row of the product is one centre's), and near distances
+come in the same order (by centre, then row). Validation (finiteness, float64 squared
+norms on the device) and the fingerprint read the bank in row blocks; the fingerprint
+hashes each block on the host (one block copied at a time, never the whole bank).
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ _TILE_ELEMS_CPU = 1 << 22  # entries of one (centres × super-block) tile on the
 _TILE_ELEMS_GPU = 1 << 26  # ... on an accelerator
 _EXTRA_SHARE = 0.05  # a pass's working copies stay below this share of the bank's bytes
 _PW_BLOCK = 128  # numpy's pairwise-summation block (PW_BLOCKSIZE)
+_SLICE_SHARE = 0.025  # a slice of centres' working copies stay below this share of the bank
 _MIN_SLICE = 16  # fewest centres per slice of a tile or of a dense tile's product
 
 
@@ -392,10 +398,10 @@ def _pass(torch, st, centres, radius, pairs, near_centres, near_radius, near_tol
         return X64
 
     tbytes = 4 if tdt == torch.float32 else 8
-    # centres per slice of a tile (its values, masks: tbytes + 2 bytes a pair) and per
-    # float64 mask of a dense tile's product, within _EXTRA_SHARE of the bank's bytes
-    cslice = max(_MIN_SLICE, int(_EXTRA_SHARE * bank_bytes // (rows_per * (tbytes + 2))))
-    dslice = max(_MIN_SLICE, int(_EXTRA_SHARE * bank_bytes // (_ROW_BLOCK * 8)))
+    # centres per slice of a tile (its values and three masks: tbytes + 3 bytes a pair) and
+    # per float64 mask of a dense tile's product: within _SLICE_SHARE of the bank's bytes
+    cslice = max(_MIN_SLICE, int(_SLICE_SHARE * bank_bytes // (rows_per * (tbytes + 3))))
+    dslice = max(_MIN_SLICE, int(_SLICE_SHARE * bank_bytes // (_ROW_BLOCK * 8)))
 
     def tile_slice(mk: Any, c0: int, c1_: int, Xs: Any, Xw: Any, X64: Any, b_i: Any,
                    bmax: Any, any_huge_x: bool, huge_x: Any) -> Any:
@@ -454,6 +460,8 @@ def _pass(torch, st, centres, radius, pairs, near_centres, near_radius, near_tol
                 a1 = min(a0 + cslice, c1_)
                 X64 = tile_slice(mk[a0 - c0 : a1 - c0], a0, a1, Xs, Xw, X64, b_i, bmax,
                                  any_huge_x, huge_x)
+            if c1_ == chunks[-1][1]:
+                del Xw  # the last chunk's tiles are done: freed before its sums
             if mask is not None:
                 mask[c0:c1_] = mk
             tc = _tile_counts(torch, mk)
