@@ -404,3 +404,31 @@ def test_tile_counts_in_slices_of_centres(k, ns):
     ref = torch.stack([mk[:, j * torch_mod._ROW_BLOCK : (j + 1) * torch_mod._ROW_BLOCK]
                        .sum(dim=1) for j in range(B)], dim=1)
     assert torch.equal(torch_mod._tile_counts(torch, mk), ref)
+
+
+def test_slices_of_centres_change_nothing(monkeypatch):
+    """A tile's distances and a dense tile's mask product are computed over slices of
+    centres sized from the bank: one centre per slice and all at once give the same
+    counts, pair counts, sums (dense tiles included) and near distances, in order (with
+    ``near_tolerance=0`` every near distance is the canonical one; a tolerance lets the
+    tile's value stand, whose last bits may depend on the GEMM's shape)."""
+    rng = np.random.default_rng(9)
+    X = rng.normal(size=(4500, 6))
+    X[:2500] = X[0] + 0.3 * rng.normal(size=(2500, 6))  # a crowd: dense tiles
+    C = np.concatenate([X[:30] + 0.01, rng.normal(size=(20, 6))])
+    kw = dict(pairs=(np.arange(25), np.arange(25, 50)), near_centres=np.arange(0, 50, 2),
+              near_radius=1.3, near_tolerance=0.0)
+    for canon in (True, False):
+        mem = LSRMemory(_t(X.astype(np.float32)), radius=1.0, canonical_sums=canon)
+        monkeypatch.setattr(torch_mod, "_MIN_SLICE", 1)
+        monkeypatch.setattr(torch_mod, "_SLICE_SHARE", 0.0)  # one centre per slice
+        a = _pass(mem, C, **kw)
+        monkeypatch.setattr(torch_mod, "_SLICE_SHARE", 1e9)  # the whole chunk
+        b = _pass(mem, C, **kw)
+        monkeypatch.undo()
+        for f in ("counts", "sums", "pair_counts", "near_rows", "near_dist"):
+            np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+        assert a.near_rows.size and a.pair_counts.any()
+        ref = _pass(LSRMemory(X.astype(np.float32), radius=1.0, index="brute",
+                              canonical_sums=canon), C, **kw)
+        _same(ref, a, sums=canon)

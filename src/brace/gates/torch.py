@@ -33,9 +33,14 @@ distances) come back to the host as numpy arrays. The pass is
   not correctly rounded in torch 2.13: about 1 % of values are one ulp off).
 
 Several row tiles are processed per device call (a *super-block*); results do not depend
-on that batching. Validation (finiteness, float64 squared norms on the device) and the
-fingerprint read the bank in row blocks; the fingerprint hashes each block on the host
-(one block copied at a time, never the whole bank).
+on that batching. Within a chunk of centres, the distance tile and a dense tile's float64
+mask product are computed over slices of centres whose working copies stay within a
+fortieth of the bank's bytes (``_SLICE_SHARE``, at least ``_MIN_SLICE`` centres). Counts,
+memberships and canonical sums do not depend on the slices (the band holds for any
+product order; a dense tile's row of the product is one centre's), and near distances
+come in the same order (by centre, then row). Validation (finiteness, float64 squared
+norms on the device) and the fingerprint read the bank in row blocks; the fingerprint
+hashes each block on the host (one block copied at a time, never the whole bank).
 """
 
 from __future__ import annotations
@@ -67,6 +72,8 @@ _TILE_ELEMS_CPU = 1 << 22  # entries of one (centres × super-block) tile on the
 _TILE_ELEMS_GPU = 1 << 26  # ... on an accelerator
 _EXTRA_SHARE = 0.05  # a pass's working copies stay below this share of the bank's bytes
 _PW_BLOCK = 128  # numpy's pairwise-summation block (PW_BLOCKSIZE)
+_SLICE_SHARE = 0.025  # a slice of centres' working copies stay below this share of the bank
+_MIN_SLICE = 16  # fewest centres per slice of a tile or of a dense tile's product
 
 
 def _torch() -> Any:
@@ -355,7 +362,7 @@ def _pass(torch, st, centres, radius, pairs, near_centres, near_radius, near_tol
     rows_per = min(rows_per, max(_ROW_BLOCK, cap))
     inf = torch.tensor(float("inf"), dtype=torch.float64, device=dev)
 
-    def near_part(e: Any, tband: Any, c0: int, c1_: int, Xs: Any, X64: Any) -> Any:
+    def near_part(e: Any, tband: Any, c0: int, c1_: int, Xs: Any, X64: Any, b_i: Any) -> Any:
         """The near distances of the chunk's near centres (appended to ``near_rows`` and
         ``near_dist``); returns the super-block's float64 rows if it had to cast them."""
         loc = np.flatnonzero(near_pos[c0:c1_] >= 0)
@@ -390,6 +397,42 @@ def _pass(torch, st, centres, radius, pairs, near_centres, near_radius, near_tol
         near_dist.append(dist[keep])
         return X64
 
+    tbytes = 4 if tdt == torch.float32 else 8
+    # centres per slice of a tile (its values and three masks: tbytes + 3 bytes a pair) and
+    # per float64 mask of a dense tile's product: within _SLICE_SHARE of the bank's bytes
+    cslice = max(_MIN_SLICE, int(_SLICE_SHARE * bank_bytes // (rows_per * (tbytes + 3))))
+    dslice = max(_MIN_SLICE, int(_SLICE_SHARE * bank_bytes // (_ROW_BLOCK * 8)))
+
+    def tile_slice(mk: Any, c0: int, c1_: int, Xs: Any, Xw: Any, X64: Any, b_i: Any,
+                   bmax: Any, any_huge_x: bool, huge_x: Any) -> Any:
+        """Membership of centres ``c0:c1_`` (written into ``mk``) and their near
+        distances; returns the super-block's float64 rows if it had to cast them."""
+        e = Ca_t[c0:c1_] @ Xw.T
+        tband = a_c_t[c0:c1_] + bmax
+        if tdt == torch.float32:
+            tband = (tband * (1.0 + 1e-6)).to(torch.float32)
+        torch.le(e, 0.0, out=mk)
+        tb = tband[:, None]
+        cand = (e <= tb) & (e >= -tb)  # |e| <= tband, without a copy of |e|
+        hc = huge_c[c0:c1_]
+        if any_huge_x:
+            cand[:, huge_x] = True
+        if hc.any():
+            cand[huge_c_t[c0:c1_]] = True
+        ci, xi = torch.nonzero(cand, as_tuple=True)
+        del cand
+        if ci.numel():
+            own = a_c_t[c0 + ci] + b_i[xi]
+            unc = ~(e[ci, xi].to(torch.float64).abs() > own)
+            ci, xi = ci[unc], xi[unc]
+            if ci.numel():
+                d2 = _members(torch, Xs, xi, C64, c0 + ci, centres, r2)
+                mk[ci, xi] = d2 <= r2
+                e[ci, xi] = (d2 - r2).to(tdt)
+        if near_centres is not None:
+            X64 = near_part(e, tband, c0, c1_, Xs, X64, b_i)
+        return X64
+
     for s0 in range(0, n, rows_per):
         Xs = X[s0 : s0 + rows_per]
         ns = int(Xs.shape[0])
@@ -410,39 +453,23 @@ def _pass(torch, st, centres, radius, pairs, near_centres, near_radius, near_tol
         mask = torch.empty((m, ns), dtype=torch.bool, device=dev) if pairs is not None \
             else None
         for c0, c1_ in chunks:
-            e = Ca_t[c0:c1_] @ Xw.T
-            tband = a_c_t[c0:c1_] + bmax
-            if tdt == torch.float32:
-                tband = (tband * (1.0 + 1e-6)).to(torch.float32)
-            mk = e <= 0.0
-            tb = tband[:, None]
-            cand = (e <= tb) & (e >= -tb)  # |e| <= tband, without a copy of |e|
-            hc = huge_c[c0:c1_]
-            if any_huge_x:
-                cand[:, huge_x] = True
-            if hc.any():
-                cand[huge_c_t[c0:c1_]] = True
-            ci, xi = torch.nonzero(cand, as_tuple=True)
-            del cand
-            if ci.numel():
-                own = a_c_t[c0 + ci] + b_i[xi]
-                unc = ~(e[ci, xi].to(torch.float64).abs() > own)
-                ci, xi = ci[unc], xi[unc]
-                if ci.numel():
-                    d2 = _members(torch, Xs, xi, C64, c0 + ci, centres, r2)
-                    mk[ci, xi] = d2 <= r2
-                    e[ci, xi] = (d2 - r2).to(tdt)
+            mk = torch.empty((c1_ - c0, ns), dtype=torch.bool, device=dev)
+            # the tile in slices of centres (each centre's rows and values do not depend
+            # on the slice; near distances come in the same order: by centre, then row)
+            for a0 in range(c0, c1_, cslice):
+                a1 = min(a0 + cslice, c1_)
+                X64 = tile_slice(mk[a0 - c0 : a1 - c0], a0, a1, Xs, Xw, X64, b_i, bmax,
+                                 any_huge_x, huge_x)
+            if c1_ == chunks[-1][1]:
+                del Xw  # the last chunk's tiles are done: freed before its sums
             if mask is not None:
                 mask[c0:c1_] = mk
-            if near_centres is not None:  # first, so that the tile e is freed before the sums
-                X64 = near_part(e, tband, c0, c1_, Xs, X64)
-            del e
             tc = _tile_counts(torch, mk)
             counts[c0:c1_] += tc.sum(dim=1)
             tot = tc.sum(dim=0).cpu().numpy()
             if tot.any() and X64 is None:
                 X64 = Xs.to(torch.float64)
-            _add_sums(torch, sums[c0:c1_], mk, tc, tot, X64, tiles, canonical)
+            _add_sums(torch, sums[c0:c1_], mk, tc, tot, X64, tiles, canonical, dslice)
         if mask is not None:
             pair_counts += (mask[pa] & mask[pb]).sum(dim=1)
     nrow = ndist = None
@@ -476,10 +503,11 @@ def _tile_counts(torch: Any, mk: Any) -> Any:
 
 
 def _add_sums(torch: Any, out: Any, mk: Any, tc: Any, tot: np.ndarray, X64: Any,
-              tiles: list[tuple[int, int]], canonical: bool) -> None:
+              tiles: list[tuple[int, int]], canonical: bool, dslice: int) -> None:
     """``out += Σ_{members} X_i`` tile by tile in row order, as the numpy pass: a sparse
     tile (density ≤ ``_SPARSE_DENSITY``, or any tile with ``canonical``) by the
-    sequential member sum, a dense tile by a float64 mask product. ``tc``: members per
+    sequential member sum, a dense tile by a float64 mask product over slices of
+    ``dslice`` centres (each centre's row of the product on its own). ``tc``: members per
     centre and tile; ``tot``: members per tile (host)."""
     k = mk.shape[0]
     size = np.array([k * (j1 - j0) for j0, j1 in tiles])
@@ -491,4 +519,5 @@ def _add_sums(torch: Any, out: Any, mk: Any, tc: Any, tot: np.ndarray, X64: Any,
         if sparse[j]:
             out += P[:, j]
         else:
-            out += mk[:, j0:j1].to(torch.float64) @ X64[j0:j1]
+            for a in range(0, k, dslice):
+                out[a : a + dslice] += mk[a : a + dslice, j0:j1].to(torch.float64) @ X64[j0:j1]
