@@ -59,7 +59,7 @@ CASES = [
 
 
 TEETH = [(c, "float64") for c in CASES] + [
-    (c, b) for b in ("float32", "kdtree", "auto", "mmap", "dask", "frozen")
+    (c, b) for b in ("float32", "kdtree", "auto", "mmap", "dask", "frozen", "torch")
     for c in (CASES[0], CASES[3])]
 
 
@@ -92,6 +92,9 @@ def test_moving_a_row_outside_every_footprint_changes_nothing(case, backend, tmp
             return LSRMemory(da.from_array(bank, chunks=(80, d)), **kw)
         if backend == "frozen":  # hashed once, never per call (brace.frozen_bank)
             return LSRMemory(frozen_bank(bank), **kw)
+        if backend == "torch":  # the tensor's own pass (gates/torch.py)
+            torch = pytest.importorskip("torch")
+            return LSRMemory(torch.from_numpy(bank.copy()), **kw)
         return LSRMemory(bank, index="brute", **kw)
 
     Xb = X.astype(np.float32).astype(np.float64) if backend == "float32" else X
