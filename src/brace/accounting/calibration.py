@@ -373,24 +373,15 @@ def _one_shot_eps(rho: float, delta: float) -> float:
     return convert(event_weights(GaussianStep(rho)), delta)
 
 
-@functools.lru_cache(maxsize=256)
 def _calibrate_one_shot(epsilon: float, delta: float) -> tuple[float, int]:
-    lo = hi = rho_from_eps_delta(epsilon, delta)
-    if _one_shot_eps(lo, delta) <= epsilon:
-        while _one_shot_eps(hi, delta) <= epsilon:
-            lo, hi = hi, 2.0 * hi
-            if not math.isfinite(hi):  # pragma: no cover - EPSILON_RANGE keeps ρ finite
-                raise ValueError(f"epsilon = {epsilon} is too large to calibrate.")
-    else:
-        while not _one_shot_eps(lo, delta) <= epsilon:
-            hi, lo = lo, 0.5 * lo
-            if lo < 1e-300:  # pragma: no cover - EPSILON_RANGE keeps ρ above this
-                raise ValueError(f"epsilon = {epsilon} is too small for delta = {delta}.")
-    rho = _largest_feasible_log(lambda t: _one_shot_eps(math.exp(t), delta) - epsilon, lo, hi)
-    a = ORDERS
-    x = a - 1.0
-    per_order = a * rho + np.log(x / a) - (math.log(delta) + np.log(a)) / x
-    return rho, int(np.argmin(per_order))
+    # the conversion at ρ is min_α (αρ − B_α) + ε ≤ ε iff ρ ≤ max_α B_α/α: the closed form,
+    # less a hair so that its rounding stays on the feasible side
+    f = FilterSpec.for_budget(epsilon, delta, n_orders=1, delta_direct=0.0)
+    i = f.orders[0]
+    rho = float(f.thresholds[0] / ORDERS[i]) * (1.0 - 1e-12)
+    while not _one_shot_eps(rho, delta) <= epsilon:  # pragma: no cover - the hair suffices
+        rho *= 1.0 - 1e-9
+    return rho, i
 
 
 def calibrate_one_shot(epsilon: float, delta: float) -> tuple[float, int]:
@@ -401,10 +392,9 @@ def calibrate_one_shot(epsilon: float, delta: float) -> tuple[float, int]:
     over the grid ``ORDERS``), and the index into ``ORDERS`` of the order that
     certifies it (where the conversion at ``ρ`` is smallest).
 
-    Brent's method on ``log ρ`` to a relative 1e-9, returning the feasible end (the
-    conversion at ``ρ`` never exceeds ``epsilon``). At that order ``α``,
-    ``αρ ≤ B_α``, the threshold of the one-order filter with ``Δ = 0``
-    (:func:`one_shot_filter`). Validated as :func:`calibrate_rho`.
+    The closed form ``ρ = max_α B_α/α`` (less a relative 10⁻¹², so that the conversion
+    at ``ρ`` never exceeds ``epsilon``), ``B_α`` the threshold of the one-order filter
+    with ``Δ = 0`` at ``α`` (:func:`one_shot_filter`). Validated as :func:`calibrate_rho`.
 
     >>> rho, i = calibrate_one_shot(1.0, 1e-5)
     >>> round(rho, 4), round(float(ORDERS[i]), 1)
@@ -422,4 +412,4 @@ def one_shot_filter(epsilon: float, delta: float) -> FilterSpec:
     ``|G| = 1``: the conversion at ``α`` is at the full δ). A public function of
     ``(ε, δ)``."""
     eps, dl, _, _, _ = _check_common(epsilon, delta, 1, 1, 0.0)
-    return FilterSpec(eps, dl, (_calibrate_one_shot(eps, dl)[1],), 0.0)
+    return FilterSpec.for_budget(eps, dl, n_orders=1, delta_direct=0.0)
