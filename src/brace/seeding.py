@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from ._exact import noisy_integers
-from ._validation import check_bounds, check_int_at_least
+from ._validation import MAX_RADIUS, MIN_RADIUS, check_bounds, check_int_at_least
 from .gates.contract import MAX_COORD
 from .synopsis import cell_sensitivity, cell_unit, default_min_count, merge_centres, next_centres
 
@@ -89,7 +89,7 @@ RADII_SENSITIVITY = math.sqrt(2.0) * (1.0 + 1e-12)  # a radii histogram's L2 sen
 _TILE = 1 << 22  # entries of one (rows × centres) block
 #: the stated range of a domain's radius (the ball's radius, the box's half-diagonal):
 #: with it every scale after admission stays in float64's normal range (privacy.md §8)
-DOMAIN_RADIUS_RANGE = (2.0**-400, 2.0**400)
+DOMAIN_RADIUS_RANGE = (MIN_RADIUS, MAX_RADIUS)  # the support radius's range
 #: every released scale ``s`` (a Voronoi round's clip) is clamped into ``[R₀·2^-48, 2R₀]``
 SCALE_FLOOR = 2.0**-48
 #: at most this many Voronoi rounds (cell rounds, with seeds): each reads the whole bank

@@ -35,6 +35,8 @@ from scipy.spatial import cKDTree
 from ._exact import noisy_integers
 from ._io import strict_json
 from ._validation import (
+    MAX_RADIUS,
+    MIN_RADIUS,
     check_bounds,
     check_delta,
     check_nonnegative,
@@ -69,7 +71,7 @@ MAX_SEEDS = 1 << 14
 #: is normal, so a row whose computed ``fl(d²)`` is at most ``r_c²`` lies within
 #: ``r_c(1 + 1e-8)`` of its centre (no far row counted for an underflowed distance), and
 #: ``n·r_c`` stays finite (``docs/privacy-accounting.md`` §14, Lemma 9)
-CELL_RADIUS_RANGE = (2.0**-400, 2.0**400)
+CELL_RADIUS_RANGE = (MIN_RADIUS, MAX_RADIUS)  # the support radius's range
 
 
 def check_cell_radius(radius: Any, name: str = "cell_radius") -> float:

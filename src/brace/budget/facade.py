@@ -374,18 +374,19 @@ def private_synopsis(bank: Any, *, epsilon: float, delta: float, seeds: Any = No
     (a private subspace first, §15.1), or the default ``"choose"``: for ``d > 32``, the
     public rule of :func:`brace.budget.advice.synopsis_space` at the call's total ρ
     (:func:`brace.accounting.calibration.calibrate_one_shot`), ``n`` and ``d`` — the
-    subspace where it affords more cells or the full space fewer than 50 (the setting
-    :meth:`PrivateMemory.recommend` advises; ``docs/benchmarks.md``, "Cluster shapes");
-    for ``d ≤ 32`` the full space. With ``seeds`` leave it at ``"choose"``."""
+    subspace where it affords more cells or the full space fewer than 50
+    (``docs/benchmarks.md``, "Cluster shapes"); for ``d ≤ 32`` always the full space
+    (where :meth:`PrivateMemory.recommend` may still advise the subspace: measured, the
+    full space was as good or better there). With ``seeds`` leave it at ``"choose"``."""
     from ..accounting.calibration import calibrate_one_shot
     from ..projection import K_MAX
     from ..seeding import parse_domain
     from .advice import synopsis_space
 
+    X = bank.bank if isinstance(bank, LSRMemory) else bank
     if isinstance(project, str) and project == "choose":
         project = None
         if seeds is None:  # public values only: (ε, δ) → ρ, and the bank's shape
-            X = bank.bank if isinstance(bank, LSRMemory) else bank
             if np.ndim(X) == 2 and np.shape(X)[1] > K_MAX:
                 n_, d_ = (int(v) for v in np.shape(X))
                 _, project = synopsis_space(calibrate_one_shot(epsilon, delta)[0], n_, d_)
@@ -394,7 +395,6 @@ def private_synopsis(bank: Any, *, epsilon: float, delta: float, seeds: Any = No
 
     rule = None
     if seeds is None and radius is None and beta is None:
-        X = bank.bank if isinstance(bank, LSRMemory) else bank
         dim = int(np.shape(X)[1]) if np.ndim(X) == 2 else 0
         if dim < 1:
             raise ValueError("bank must be a 2-D array (n, d).")

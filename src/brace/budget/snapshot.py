@@ -300,7 +300,6 @@ class Snapshots:
                     step_w = weights(plan.spent.step_event) * (S.shape[0] * T)
                 else:
                     Y, eps_q, dlt, rows, step_w = np.empty((0, self._dim)), 0.0, 0.0, [], 0.0
-                    key = hashlib.sha256(np.ascontiguousarray(S).tobytes()).hexdigest()
                 # round 1's centres: the endpoints and the (public) seeds, merged at the
                 # merge radius (leader clustering, densest first): post-processing
                 centres = self._after_admission(first_centres, np.concatenate([Y, S]), mr)
@@ -325,7 +324,7 @@ class Snapshots:
                         "method": _ledger.CELLS_METHOD, "queries": int(c.shape[0]), "steps": 2,
                         "dim": self._dim, "epsilon": convert(cell_w, b_delta),
                         "delta": b_delta, "release": "cells",
-                        "event": _ledger.event_to_dict(acc_events.GaussianStep(rho_cell)),
+                        "event": cell_ev,
                         "params": {"radius": rc, "sensitivity": sens, "noise": mode,
                                    "unit": unit,
                                    "round": i + 1, "of": key,
