@@ -377,7 +377,7 @@ def pair_histogram(bank: Any, centres: np.ndarray, domain: Domain,
     is mapped into the domain (``z = π_D(x)``); its direct squared distances
     ``D_j = Σ_i fl(z_i − c_{j,i})²`` to every centre (elementwise, summed row by row,
     never by a matrix product) give its nearest centre ``j₁`` and its second nearest
-    ``j₂`` (lowest index on a tie: a stable sort); its position along the pair,
+    ``j₂`` (lowest index on a tie); its position along the pair,
     ``t = Σ_i fl(z_i − c_{j₁,i})·fl(c_{j₂,i} − c_{j₁,i}) / Σ_i fl(c_{j₂,i} − c_{j₁,i})²``
     (at most ``1/2`` up to rounding: ``j₁`` is nearer), decides: the row adds 1 to the
     pair ``{j₁, j₂}`` when ``t ≥ near`` (it lies in the half of the segment around the
@@ -389,23 +389,21 @@ def pair_histogram(bank: Any, centres: np.ndarray, domain: Domain,
     hist = np.zeros(k * (k - 1) // 2, dtype=np.int64)
     if k < 2:
         return hist
-    step = max(1, (1 << 22) // max(1, k * d))
-    blocks = ((Xb for _, Xb in bank._blocks()) if hasattr(bank, "_blocks") else (bank,))
-    for B in blocks:
-        for lo in range(0, B.shape[0], step):
-            Z = domain.clip(np.asarray(B[lo:lo + step], dtype=np.float64))
-            with np.errstate(over="ignore", invalid="ignore"):
-                diff = Z[:, None, :] - C[None, :, :]
-                d2 = (diff * diff).sum(axis=2)
-            o = np.argsort(d2, axis=1, kind="stable")[:, :2]
-            j1, j2 = o[:, 0], o[:, 1]
-            ax = C[j2] - C[j1]
-            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-                # two equal centres (no axis): nan, never counted; no warning either way
-                t = (diff[np.arange(Z.shape[0]), j1] * ax).sum(axis=1) / (ax * ax).sum(axis=1)
-            hit = t >= near
-            if np.any(hit):
-                hist += np.bincount(pair_index(j1[hit], j2[hit], k), minlength=hist.size)
+    for Z in _tiles(bank, k * d, domain):  # (rows, k, d) differences per tile
+        with np.errstate(over="ignore", invalid="ignore"):
+            diff = Z[:, None, :] - C[None, :, :]
+            d2 = (diff * diff).sum(axis=2)
+        rows = np.arange(Z.shape[0])
+        j1 = np.argmin(d2, axis=1)  # the first minimum: the lowest index on a tie
+        d2[rows, j1] = np.inf
+        j2 = np.argmin(d2, axis=1)
+        ax = C[j2] - C[j1]
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            # two equal centres (no axis): nan, never counted; no warning either way
+            t = (diff[rows, j1] * ax).sum(axis=1) / (ax * ax).sum(axis=1)
+        hit = t >= near
+        if np.any(hit):
+            hist += np.bincount(pair_index(j1[hit], j2[hit], k), minlength=hist.size)
     return hist
 
 
