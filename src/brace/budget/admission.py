@@ -57,9 +57,6 @@ class AdmittedCallFailed(RuntimeError):
 #: the message of :class:`AdmittedCallFailed` (fixed: what failed may depend on the bank)
 CHARGED_FAILURE = ("the call was admitted and its budget was charged, then it failed while "
                    "reading the bank; nothing was released. The charge stays recorded.")
-#: ``params["failed"]`` of the rows an earlier version recorded for such a call's charge
-#: (now a pending charge that no completion replaces, ``docs/ledger.md`` §4.1)
-FAILED_NOTE = "admitted and charged; failed after admission, nothing released"
 
 
 _PLAN_KW = ("kappa", "gamma", "accounting", "output_projection", "release")
@@ -81,18 +78,19 @@ class Admission:
         admitted, not yet completed, at their reserved footprints) and ``extra`` included;
         with ``admission`` only the filter's columns are searched (the others hold the
         global total, which bounds them too)."""
-        extra = (*self._pending.open.values(), *extra)
+        standing = tuple(self._pending.open.values())
         if self._accounting == "global":
             out = self._index.total.copy()
-            for _, _, w in extra:
+            for _, _, w in (*standing, *extra):
                 out += np.asarray(w).sum(axis=0)
             return out * ROUNDING
-        cols = (*self._filter.orders, K) if admission else None
-        if not extra and not admission:
-            if self._worst_cache is None or self._worst_cache[0] != len(self._index):
-                self._worst_cache = (len(self._index), self._index.worst_pair())
+        if not extra and not admission:  # the spend: cached until a row or charge changes
+            key = (len(self._index), tuple(self._pending.open))
+            if self._worst_cache is None or self._worst_cache[0] != key:
+                self._worst_cache = (key, self._index.worst_pair(standing))
             return self._worst_cache[1]
-        return self._index.worst_pair(extra, cols=cols)
+        cols = (*self._filter.orders, K) if admission else None
+        return self._index.worst_pair((*standing, *extra), cols=cols)
 
     # ----------------------------------------------------------------------------------
 

@@ -170,16 +170,14 @@ class LedgerSync:
         naming the pending row it replaces (``params["completes"]``), in a durable
         transaction, before anything is returned; their ids. If this fails the pending
         charge stands: :class:`AdmittedCallFailed`."""
-        if len(rows) != len(pending):
-            raise AdmittedCallFailed(CHARGED_FAILURE) from RuntimeError(
-                "the releases differ from the admitted charge")
-        done = [({**r[0], "params": {**r[0]["params"], _ledger.COMPLETES: [pid]}}, *r[1:])
-                for r, pid in zip(rows, pending, strict=True)]
-        if self._db is None:
-            got = [self._append(*r) for r in done]
-            self._absorb(got)
-            return [g[0] for g in got]
         try:
+            done = [({**r[0], "params": {**r[0]["params"], _ledger.COMPLETES: [pid]}}, *r[1:])
+                    for r, pid in zip(rows, pending, strict=True)]
+            self._check_completes(pending, done)
+            if self._db is None:
+                got = [self._append(*r) for r in done]
+                self._absorb(got)
+                return [g[0] for g in got]
             with self._ledger_call():
                 self._check_binding(self._db.meta)
                 self._sync()
@@ -188,6 +186,17 @@ class LedgerSync:
         except Exception as exc:  # admitted and charged (the pending rows stand)
             raise AdmittedCallFailed(CHARGED_FAILURE) from exc
         return [g[0] for g in got]
+
+    def _check_completes(self, pending: list[int], done: list[tuple]) -> None:
+        """A completion replaces its pending charge only with the same event on as many
+        footprints (the reading rule would take a smaller one as it is): checked for every
+        admitted path here."""
+        for (record, _key, _c, radii, *_), pid in zip(done, pending, strict=True):
+            was = self._records.get(pid)
+            if pid not in self._pending.open or was is None \
+                    or record["event"] != was["event"] \
+                    or len(np.asarray(radii)) != len(self._pending.open[pid][1]):
+                raise RuntimeError("the releases differ from the admitted charge")
 
     def _append(self, record: dict[str, Any], key: str, centres: np.ndarray,
                 radii: np.ndarray, outputs: np.ndarray, counts: np.ndarray | None

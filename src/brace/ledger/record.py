@@ -212,9 +212,10 @@ def _check_record(rec: Any, where: str) -> dict[str, Any]:
     if isinstance(ev, acc.NonPrivateEvent) or not acc.RdpAccountant().supports(ev):
         raise LedgerError(f"{where}: the event is not a private step event.")
     params = rec["params"]
-    if PENDING in params and (COMPLETES in params or not isinstance(params[PENDING], str)):
+    if PENDING in params and (COMPLETES in params or not isinstance(params[PENDING], str)
+                              or not params[PENDING]):
         raise LedgerError(f"{where}: a pending charge's params[{PENDING!r}] must be a "
-                          f"string, and it completes nothing.")
+                          f"non-empty string, and it completes nothing.")
     done = params.get(COMPLETES)
     if done is not None and not (isinstance(done, list) and done and all(
             isinstance(i, int) and not isinstance(i, bool) and i >= 1 for i in done)):

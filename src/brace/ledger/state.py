@@ -109,9 +109,8 @@ class LedgerState:
         if first > 1:
             lines.append(f"    ... {first - 1} earlier release(s) not shown")
         for i, r in zip(ids[first - 1:], shown, strict=True):
-            if i in self.pending or r["params"].get("failed"):
-                what = "still running, or failed or died after admission" if i in \
-                    self.pending else "failed after admission"
+            if i in self.pending:
+                what = "still running, or failed or died after admission"
                 lines.append(f"    {i:>5}. PENDING CHARGE ({what}): method={r['method']}  "
                              f"{plural(r['queries'], 'query', 'queries')} x "
                              f"{plural(r['steps'], 'step')}  ({r['epsilon']:.4g}, "

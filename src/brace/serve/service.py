@@ -26,7 +26,7 @@ import numpy as np
 
 from .._io import atomic_write_text, load_npy, strict_json
 from ..budget import AdmittedCallFailed, BudgetExceededError, PrivateMemory
-from ..ledger import CELLS_METHOD, LedgerError
+from ..ledger import CELLS_METHOD, PENDING, LedgerError
 from ..ledger.backend import LedgerUnavailable, is_server_url, ledger_class, redact_url
 from ..memory import frozen_bank
 from ..synopsis import Synopsis
@@ -120,10 +120,9 @@ class ServedMemory(PrivateMemory):
 
 
 def _released_cells(record: dict[str, Any]) -> bool:
-    """A synopsis's release (not the charge of a snapshot that failed after admission, nor
-    one still pending: docs/ledger.md §4.1)."""
-    return record["method"] == CELLS_METHOD and not (record["params"].get("failed")
-                                                     or record["params"].get("pending"))
+    """A synopsis's release, not a pending charge (one still running, or that failed after
+    admission: docs/ledger.md §4.1) — the reading rule's test, ``PENDING in params``."""
+    return record["method"] == CELLS_METHOD and PENDING not in record["params"]
 
 
 BANK_MODES = ("copy", "mmap")
