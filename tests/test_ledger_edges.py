@@ -112,8 +112,9 @@ def test_budgets_past_the_ends_are_refused_before_anything_is_written(bank, tmp_
 def _earlier_version_write(db: Ledger, record: dict, row, monkeypatch) -> None:
     """Record ``record`` as a version before the check on write did: no check (a release
     of its own: the completion it was copied from named a pending charge)."""
-    record = {**record, "params": {k: v for k, v in record["params"].items()
-                                   if k != "completes"}}
+    if isinstance(record, dict):
+        record = {**record, "params": {k: v for k, v in record["params"].items()
+                                       if k != "completes"}}
     with monkeypatch.context() as m:
         m.setattr(Ledger, "_parse_row", lambda self, row: None)
         with db.transaction():
@@ -177,12 +178,14 @@ def test_an_unreadable_record_is_named_and_repaired(bank, location, tmp_path, ca
     fixed.close()
 
 
-def test_a_damaged_record_is_not_repaired(bank, tmp_path, monkeypatch):
+@pytest.mark.parametrize("what", ["field", "not an object"])
+def test_a_damaged_record_is_not_repaired(bank, tmp_path, monkeypatch, what):
     path = tmp_path / "l.db"
     pm = PrivateMemory(bank, radius=0.8, budget=(8.0, 1e-5), ledger=path, create=True)
     pm.retrieve(bank[:1], steps=1, epsilon=1.0, delta=1e-7, method="global", seed=0)
     row = pm._db.raw_rows()[-1]  # the release (after its pending charge)
-    _earlier_version_write(pm._db, {**json.loads(row[3]), "queries": 0}, row, monkeypatch)
+    bad = {**json.loads(row[3]), "queries": 0} if what == "field" else [1, 2]
+    _earlier_version_write(pm._db, bad, row, monkeypatch)
     pm.close()
     with pytest.raises(LedgerError, match="release 3 cannot be read.*Restore"):
         repair_ledger(path, tmp_path / "r.db")

@@ -307,10 +307,9 @@ class PrivateMemory(LedgerSync, Admission, Advice, Snapshots):
             pending = self._reserve([self._charge_row(plan, q, T, eps, dlt, method,
                                                       reserved, key)])
         try:  # admitted and charged: a failure from here on keeps the charge (§12)
-            with np.errstate(all="ignore"):  # as _after_admission: the library's state
-                res = run_plan(self._memory, q, plan, seed=seed,
-                               progress=kw.get("progress"))
-            fp = footprints(plan, q, res.outputs)
+            res = self._after_admission(run_plan, self._memory, q, plan, seed=seed,
+                                        progress=kw.get("progress"))
+            fp = self._after_admission(footprints, plan, q, res.outputs)
             record = self._record(method, q, T, eps, dlt, plan, res)
             counts = getattr(res, "released_counts", None)
         except Exception as exc:

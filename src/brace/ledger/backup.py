@@ -96,7 +96,11 @@ def repair_ledger(source: Any, target: Any, *, ledger_key: bytes | str | None = 
     fixed: dict[int, str] = {}
     for rid, why in bad:
         row = list(rows[rid - 1])
-        rec = json.loads(row[3])
+        try:
+            rec = json.loads(row[3])
+        except ValueError:
+            rec = None
+        rec = rec if isinstance(rec, dict) else {}  # no object: nothing repair mends
         old = {}
         for k in ("epsilon", "delta"):
             v = rec.get(k)
