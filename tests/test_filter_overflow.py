@@ -19,3 +19,24 @@ def test_far_pairs_still_apart_and_near_pairs_meet():
     cb = np.array([[1.5, 0.0]])
     out = _meets(ca, np.array([1.0, 1.0]), cb, np.array([1.0]))
     assert out[:, 0].tolist() == [True, False]
+
+
+def test_a_probe_leaves_every_stored_u_as_it_was(monkeypatch):
+    """Pricing a call (``worst_pair(extra)``) restores every ``U`` it changed — also when
+    only the probe's own pairs pass the listing cap and ``add`` takes every stored
+    footprint to meet it (it once restored only those the probe itself met)."""
+    import brace.accounting.filter as flt
+    from brace.accounting import GaussianStep
+    from brace.accounting.filter import FootprintIndex, event_weights
+
+    monkeypatch.setattr(flt, "_MAX_MEETS", 1000)
+    rng = np.random.default_rng(0)
+    w = event_weights(GaussianStep(0.05))
+    index = FootprintIndex(2)
+    c = rng.uniform(-100, 100, (50, 2))
+    index.add(c, np.full(50, 0.5), np.tile(w, (50, 1)))
+    u0, total0 = index._u[:50].copy(), index.total.copy()
+    probe = (np.tile(c[0], (40, 1)), np.full(40, 0.5), np.tile(w, (40, 1)))  # meet #0 only
+    index.worst_pair([probe])
+    np.testing.assert_array_equal(index._u[:50], u0)
+    np.testing.assert_array_equal(index.total, total0)

@@ -324,9 +324,10 @@ class FootprintIndex:
         return got
 
     def add(self, centres: np.ndarray, radii: np.ndarray, weights: np.ndarray, *,
-            local: bool = True) -> None:
+            local: bool = True, undo: list | None = None) -> None:
         """Append footprints and update every ``U`` they change (``local=False``: only
-        the total, for global accounting)."""
+        the total, for global accounting). ``undo``: a list that receives ``(rows, U)``,
+        the stored ``U`` rows before this call changed them (a probe restores them)."""
         c = np.asarray(centres, dtype=np.float64).reshape(-1, self.dim)
         r = np.asarray(radii, dtype=np.float64).reshape(-1)
         w = np.asarray(weights, dtype=np.float64).reshape(-1, K + 1)
@@ -344,6 +345,8 @@ class FootprintIndex:
         if a is None:  # too many pairs meet to list them: every new ball is taken to meet
             # every footprint, an upper bound of each U (the worst-pair search reads U
             # only as a bound); neighbour lists are recomputed exactly when asked
+            if undo is not None:
+                undo.append((np.arange(m0), self._u[:m0].copy()))
             self._u[m0:m0 + b] = self.total
             self._u[:m0] += w.sum(axis=0)
             self._nbr.clear()
@@ -358,6 +361,8 @@ class FootprintIndex:
         old = a[:, :m0].tocsc()
         if m0 and old.nnz:
             touched = np.flatnonzero(np.diff(old.indptr))  # old footprints met
+            if undo is not None:
+                undo.append((touched, self._u[touched].copy()))
             sub = old[:, touched].T.tocsr()  # touched old × new
             self._u[touched] += sub @ np.where(np.isfinite(w), w, 0.0)
             if not np.all(np.isfinite(w)):
@@ -402,17 +407,15 @@ class FootprintIndex:
         r = np.concatenate([np.asarray(e[1], dtype=np.float64).reshape(-1) for e in extras])
         w = np.concatenate([np.asarray(e[2], dtype=np.float64).reshape(-1, K + 1)
                             for e in extras])
-        a = self._adjacency(c, r, n0, _MAX_MEETS)
-        # the old footprints the probe meets (all of them where too many pairs meet)
-        touched = np.arange(n0) if a is None else np.flatnonzero(np.diff(a.tocsc().indptr))
-        saved_u = self._u[touched].copy()
+        undo: list = []  # the stored U rows the probe changed, as they were
         try:
-            self.add(c, r, w)
+            self.add(c, r, w, undo=undo)
             return self._worst(cols)
         finally:  # the state before; the stored footprints' neighbour lists computed
             # meanwhile are kept without the probe balls (sorted lists: theirs are the
             # indices >= n0), as each pair's meeting is decided on its own (_meets)
-            self._u[touched] = saved_u
+            for rows, u in undo:
+                self._u[rows] = u
             self._cached[: self._n] = False
             self._nbr = {i: v[: np.searchsorted(v, n0)] for i, v in self._nbr.items()
                          if i < n0}
