@@ -40,3 +40,23 @@ def test_a_probe_leaves_every_stored_u_as_it_was(monkeypatch):
     index.worst_pair([probe])
     np.testing.assert_array_equal(index._u[:50], u0)
     np.testing.assert_array_equal(index.total, total0)
+
+
+def test_the_pair_cap_holds_on_the_tree_path_whatever_the_sample_sees():
+    """The KD-tree path's sample (every k/1024-th new ball) may see none of the balls that
+    meet everything; the listing still stops at the cap."""
+    from brace.accounting import GaussianStep
+    from brace.accounting.filter import FootprintIndex, event_weights
+
+    rng = np.random.default_rng(1)
+    w = event_weights(GaussianStep(0.05))
+    index = FootprintIndex(2)
+    old = rng.uniform(-1, 1, (3000, 2))
+    index.add(old, np.full(3000, 0.01), np.tile(w, (3000, 1)), local=False)
+    new = np.empty((2048, 2))
+    new[0::2] = 1e6  # the sampled balls: far from everything
+    new[1::2] = 0.0  # the others meet every stored footprint (radius 2)
+    r = np.where(np.arange(2048) % 2, 2.0, 0.01)
+    assert index._adjacency(new, r, 3000, limit=1_000_000) is None
+    full = index._adjacency(new, r, 3000)  # without a cap every pair is listed
+    assert full.nnz == 1024 * 3000

@@ -255,10 +255,10 @@ class FootprintIndex:
     def _adjacency(self, c: np.ndarray, r: np.ndarray, upto: int,
                    limit: int | None = None) -> sparse.csr_array | None:
         """``(len(c), upto)`` 0/1 CSR: which of the first ``upto`` footprints each ball
-        meets (:func:`_meets`, conservative). None, with ``limit``, where about more than
-        ``limit`` pairs meet (estimated from every ``k/1024``-th ball before any pair is
-        listed; public footprints only) or, on the blocked path, more than ``limit·64``
-        pairs would be tested or more than ``limit`` meet."""
+        meets (:func:`_meets`, conservative). None, with ``limit``, where more than
+        ``limit`` pairs meet (on the tree path first estimated from every ``k/1024``-th
+        ball, then counted as blocks are listed; public footprints only) or, on the
+        blocked path, more than ``limit·64`` pairs would be tested."""
         m = upto
         k = c.shape[0]
         if m == 0 or k == 0:
@@ -277,12 +277,23 @@ class FootprintIndex:
                 est = int(cKDTree(c[::s]).count_neighbors(t_old, reach)) * s
                 if est + k * (m - old_idx.size) > limit:
                     return None
-            res = cKDTree(c).sparse_distance_matrix(t_old, reach, output_type="ndarray")
-            i = res["i"].astype(np.int64)
-            j = old_idx[res["j"].astype(np.int64)]
+            # listed block by block, the cap counted as they come (the sample's estimate
+            # above may miss balls that meet much)
+            blk = k if limit is None else max(1, limit // max(1, old_idx.size))
+            found, ii, jj, vv = k * (m - old_idx.size), [], [], []
+            for b0 in range(0, k, blk):
+                res = cKDTree(c[b0:b0 + blk]).sparse_distance_matrix(
+                    t_old, reach, output_type="ndarray")
+                found += res.size
+                if limit is not None and found > limit:
+                    return None
+                ii.append(res["i"].astype(np.int64) + b0)
+                jj.append(old_idx[res["j"].astype(np.int64)])
+                vv.append(res["v"])
+            i, j, v = np.concatenate(ii), np.concatenate(jj), np.concatenate(vv)
             # the tree's distance errs by a relative O(d·u): a margin of 1e-9 keeps every
             # pair in doubt (the answer must not miss a meeting pair)
-            keep = res["v"] <= (r[i] + Rr[j]) * (1 + 1e-9) + 1e-300
+            keep = v <= (r[i] + Rr[j]) * (1 + 1e-9) + 1e-300
             rows, cols = [i[keep]], [j[keep]]
             inf_old = np.flatnonzero(~fin_old)  # infinite balls meet everything
             if inf_old.size:
