@@ -273,3 +273,19 @@ def test_show_and_backup_read_a_ledger_in_a_read_only_directory(bank):
     finally:
         os.chmod(d, 0o755)
         shutil.rmtree(tmp_path)
+
+
+@pytest.mark.parametrize("delta", [1e-3, 0.1, 0.5])
+def test_a_snapshot_at_a_large_budget_delta_is_recorded(bank, tmp_path, delta):
+    """A tiny ρ at a large δ converts to ε = 0, below what a ledger records: the cell
+    rows' recorded ε is floored (the charge is their event), so the snapshot is written
+    and read back (it was refused as a broken ledger)."""
+    path = tmp_path / "l.db"
+    pm = PrivateMemory(bank, radius=0.8, budget=(8.0, delta), ledger=path, create=True)
+    for eps in (1e-6, 1.0):
+        pm.snapshot(bounds=(-4.0, 4.0), epsilon=eps, seed=0, rounds=2)
+        pm.snapshot(bank[:3], epsilon=eps, seed=0)
+    spent = pm.spent
+    pm.close()
+    again = PrivateMemory(bank, radius=0.8, budget=(8.0, delta), ledger=path)
+    assert again.spent == pytest.approx(spent, rel=1e-12) and spent > 0

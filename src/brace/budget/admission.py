@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .. import accounting as acc_events
-from .._validation import check_privacy_epsilon
+from .._validation import PRIVACY_FLOOR, check_privacy_epsilon
 from ..accounting import eps_from_rho_delta
 from ..accounting.filter import ROUNDING, K, convert
 from ..footprints import reserved_radius, reserved_steps
@@ -21,6 +21,13 @@ from ..ledger.state import plural, weights
 
 #: default per-query δ of :meth:`PrivateMemory.retrieve`: this share of the budget's δ
 QUERY_DELTA_SHARE = 0.01
+
+
+def record_epsilon(w: np.ndarray, delta: float) -> float:
+    """A cell row's recorded ε: the conversion of its weights at ``delta``, floored at the
+    smallest ε a ledger records (a tiny ρ at a large δ converts to 0; the accounting
+    composes the row's event, never this field)."""
+    return max(convert(w, delta), PRIVACY_FLOOR)
 
 
 class BudgetExceededError(RuntimeError):

@@ -31,6 +31,7 @@ from .admission import (
     AdmittedCallFailed,
     BudgetExceededError,
     _largest_fitting,
+    record_epsilon,
 )
 
 
@@ -144,7 +145,7 @@ def _charge_row(rho: float, i: int, key: str, pos: int, d: int, c0: np.ndarray,
     outputs), recorded as pending before the bank is read (``docs/ledger.md`` §4.1)."""
     ev = acc_events.GaussianStep(rho)
     return ({"method": _ledger.CELLS_METHOD, "queries": 1, "steps": 1, "dim": d,
-             "epsilon": convert(weights(ev), b_delta), "delta": b_delta,
+             "epsilon": record_epsilon(weights(ev), b_delta), "delta": b_delta,
              "release": "cells", "event": _ledger.event_to_dict(ev),
              "params": {"kind": "charge", "round": i + 1, "of": key, "noise": noise,
                         "domain": domain.to_dict()},
@@ -186,7 +187,7 @@ def _release_rows(out: dict[str, Any], key: str, pos: int, d: int, c0: np.ndarra
         record = {
             "method": _ledger.CELLS_METHOD, "queries": int(C.shape[0]),
             "steps": int(outputs.shape[1]), "dim": d,
-            "epsilon": convert(weights(ev), b_delta), "delta": b_delta,
+            "epsilon": record_epsilon(weights(ev), b_delta), "delta": b_delta,
             "release": "cells", "event": _ledger.event_to_dict(ev), "params": params,
             "privacy": {},
         }

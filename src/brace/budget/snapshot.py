@@ -51,6 +51,7 @@ from .admission import (
     BudgetExceededError,
     _call_key,
     _largest_fitting,
+    record_epsilon,
 )
 from .seedless import snapshot_without_seeds
 
@@ -280,7 +281,7 @@ class Snapshots:
                     charge = []
                 cell_ev = _ledger.event_to_dict(acc_events.GaussianStep(rho_cell))
                 charge += [({"method": _ledger.CELLS_METHOD, "queries": 1, "steps": 1,
-                             "dim": self._dim, "epsilon": convert(cell_w, b_delta),
+                             "dim": self._dim, "epsilon": record_epsilon(cell_w, b_delta),
                              "delta": b_delta, "release": "cells", "event": cell_ev,
                              "params": {"kind": "charge", "round": i + 1, "of": key,
                                         "radius": rc, "noise": mode},
@@ -322,7 +323,7 @@ class Snapshots:
                     rows.append(({
                         # outputs (k, 2, d): each cell's centre and noisy offset sum
                         "method": _ledger.CELLS_METHOD, "queries": int(c.shape[0]), "steps": 2,
-                        "dim": self._dim, "epsilon": convert(cell_w, b_delta),
+                        "dim": self._dim, "epsilon": record_epsilon(cell_w, b_delta),
                         "delta": b_delta, "release": "cells",
                         "event": cell_ev,
                         "params": {"radius": rc, "sensitivity": sens, "noise": mode,
