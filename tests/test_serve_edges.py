@@ -167,7 +167,7 @@ def test_slow_heads_and_bodies_are_cut_off(tmp_path, http):
         for s in socks:
             s.close()
         assert not open_, f"{len(open_)} of 300 slow heads still open after {closed_after:.1f} s"
-        assert closed_after < config.limits.header_timeout + 8
+        assert closed_after < config.limits.header_timeout + 4  # the loop gives up at 8 s
         silent.settimeout(2)
         assert silent.recv(1024) == b""  # closed without a word: nothing had come
         silent.close()
@@ -294,3 +294,6 @@ def test_a_real_client_accepts_the_contract(tmp_path):
         proc.wait(timeout=30)
     log = (tmp_path / "server.log").read_text()
     assert "Traceback" not in log, log[-3000:]
+    path = tmp_path / "filtered"  # the library's own refusals of schema-valid bodies
+    filtered = path.read_text().splitlines() if path.exists() else []
+    assert len(filtered) <= 20, filtered  # the schema and the library mostly agree
