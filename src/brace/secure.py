@@ -184,8 +184,9 @@ def sigma2_params(sensitivity: Any, g: Any, rho: float, d: int, *,
                          "plus sqrt(d)).")
     c2 = (num + (D - 1)) // D  # ⌈σ²⌉
     if np.any(c2 >= 1 << 103):  # else t·M ≤ σ²·2^30 + t < 2^134: within the range
-        for s2 in (Fraction(int(x), int(y)) for x, y in np.broadcast(num, D)):
-            discrete_gaussian_scale(s2)  # raises for the first beyond it
+        Nb, Db = np.broadcast_to(num, c2.shape), np.broadcast_to(D, c2.shape)
+        for i in np.flatnonzero(c2 >= 1 << 103).tolist():  # raises for the first one
+            discrete_gaussian_scale(Fraction(int(Nb.flat[i]), int(Db.flat[i])))
     t = _isqrt_exact(c2) + 1
     Dt = D * t.astype(object)
     M = ((num << 30) + (Dt - 1)) // Dt  # ⌈σ²·2^30/t⌉

@@ -35,6 +35,7 @@ from pydantic_core import PydanticCustomError
 
 from .._validation import PRIVACY_FLOOR
 from ..accounting.calibration import EPSILON_RANGE
+from ..gates.contract import MAX_COORD
 from ..plan import RELEASE_MODES
 from ..projection import MAX_DIM as PROJECT_MAX_DIM
 from ..synopsis import MAX_SEEDS
@@ -46,8 +47,9 @@ __all__ = ["RequestError", "Limits", "RetrieveRequest", "SnapshotRequest",
 #: the smallest δ a ledger records (the one check of the library and the ledger's reader)
 DELTA_MIN = PRIVACY_FLOOR
 #: the largest coordinate of a public box (the domain range of docs/privacy.md §8)
-DOMAIN_MAX = 2.0 ** 400
-#: the most Voronoi or cell rounds a snapshot may ask for
+DOMAIN_MAX = MAX_COORD[np.dtype(np.float64)]
+#: the most Voronoi or cell rounds a snapshot may ask of this server (its own cap, below
+#: the library's ``seeding.MAX_ROUNDS``)
 MAX_ROUNDS = 16
 #: a snapshot's cell radius lies in [r / 2^10, r · 2^10], its merge radius in
 #: [r / 2^30, DOMAIN_MAX] (the server's stated range; the library checks its own)
