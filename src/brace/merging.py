@@ -114,18 +114,18 @@ def kmeans_labels(points: Any, weights: Any, k: int, *, restarts: int = 8,
     best, best_lab = np.inf, None
     for _ in range(restarts):
         C = [P[g.choice(K, p=w / w.sum())]]
+        d2 = ((P - C[0]) ** 2).sum(1)  # the squared distance to the nearest start so far
         for _ in range(k - 1):
-            d2 = np.min(((P[:, None, :] - np.array(C)[None]) ** 2).sum(2), axis=1)
             p = w * d2
             C.append(P[g.choice(K, p=p / p.sum())] if p.sum() > 0 else P[g.integers(K)])
+            d2 = np.minimum(d2, ((P - C[-1]) ** 2).sum(1))
         C = np.array(C)
         for _ in range(iters):
             lab = np.argmin(((P[:, None, :] - C[None]) ** 2).sum(2), axis=1)
-            new = C.copy()
-            for j in range(k):
-                sel = lab == j
-                if np.any(sel):
-                    new[j] = np.average(P[sel], axis=0, weights=w[sel])
+            ws = np.bincount(lab, weights=w, minlength=k)
+            acc = np.zeros_like(C)
+            np.add.at(acc, lab, w[:, None] * P)
+            new = np.where(ws[:, None] > 0, acc / np.where(ws > 0, ws, 1.0)[:, None], C)
             if np.allclose(new, C):
                 break
             C = new
