@@ -92,7 +92,7 @@ def main() -> None:
                     help="also the earlier rule: nothing where public rows >= 1.5 * cells")
     args = ap.parse_args()
     print("| case | ε | public rows | cells (n/m*) | rows per cell | advice | "
-          "public / synopsis | agrees?" + (" | old rule |" if args.old else ""))
+          "public / synopsis | agrees? |" + (" earlier rule |" if args.old else ""))
     print("|---|---:|---:|---:|---:|---|---|---|" + ("---|" if args.old else ""))
     wrong = old_wrong = 0
     for name, src, n, d, eps, p, pub, syn in CASES:
