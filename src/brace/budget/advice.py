@@ -113,8 +113,10 @@ def public_suffices(public_rows: int, cells: float) -> bool:
     rows its clustering needs) that the synopsis resolves. Fitted to the 33 measured
     comparisons (``docs/benchmarks.md``, "When private pays": 31 agree; MNIST-784 on
     5,000 rows at ε = 1, 2 do not, and no rule monotone in ``p`` and ``cells`` gets all
-    of its crossover cases right). No case with 24 cells or more and over 3.5 public
-    rows per cell was measured: there the first clause keeps the earlier judgement."""
+    of its crossover cases right). No case with 24 cells or more and over 3.45 public
+    rows per cell was measured: there the first clause is the earlier rule's reasoning
+    (public rows in every cluster the synopsis resolves) with more rows, not a
+    measurement."""
     p = float(public_rows)
     return p > 0 and (p >= PUBLIC_PLENTY * cells
                       or (cells < PUBLIC_FEW_CELLS and p >= PUBLIC_ENOUGH * cells))
