@@ -121,3 +121,63 @@ def test_the_block_guard_checks_the_file_between_blocks(tmp_path):
         guard(0, 10)
     with pytest.raises(BankMutatedError, match="truncated"):
         _mmap_release(X)
+
+
+# --- recommend(public_rows=…): public data alone, or the synopsis ---------------------------
+
+def _shape(n: int, d: int, eps: float) -> PrivateMemory:
+    """A bank of the shape of a measured case (the advice reads only n, d and the budget)."""
+    bank = np.zeros((n, d), dtype=np.float32)
+    bank[:, 0] = np.arange(n) % 7
+    return PrivateMemory(bank, radius=0.5, budget=(eps, 1e-5), accounting="global")
+
+
+@pytest.mark.parametrize("n, d, eps, p, use", [
+    (50_000, 32, 1.0, 500, "snapshot"),   # zipf, 1 % sample: synopsis 1.000, public 0.917
+    (10_000, 784, 1.0, 100, "snapshot"),  # MNIST, 1 % sample: 0.362 against 0.268
+    (1_397, 64, 4.0, 50, "snapshot"),     # digits, 50 rows: 0.700 against 0.605
+    (1_397, 64, 8.0, 50, "snapshot"),     # 0.737 against 0.605
+    (7_000, 784, 1.0, 50, "nothing"),     # MNIST-7k, 50 rows: 0.409 against 0.557
+    (3_000, 64, 1.0, 50, "nothing"),      # sample_clusters: 0.266 against 0.554
+    (1_397, 64, 2.0, 50, "nothing"),      # digits, 50 rows: 0.539 against 0.605
+])
+def test_recommend_with_public_rows_follows_measured_winners(n, d, eps, p, use):
+    """Issue 38: the rule ``public_rows ≥ 1.5 · cells`` advised releasing nothing where
+    the synopsis without public seeds was measured better (the first four cases:
+    docs/benchmarks.md, "When private pays"). Now a synopsis of at least
+    PUBLIC_FEW_CELLS cells is advised unless the public rows are PUBLIC_PLENTY per cell;
+    the public sample's measured wins keep "nothing"."""
+    from brace.budget.advice import PUBLIC_ENOUGH, PUBLIC_FEW_CELLS, PUBLIC_PLENTY
+
+    rec = _shape(n, d, eps).recommend(1000, public_rows=p)
+    assert rec.use == use
+    if use == "snapshot":
+        assert rec.seeds == "private" and p >= 1.5 * rec.cells  # the old rule: nothing
+        assert rec.cells >= PUBLIC_FEW_CELLS and p < PUBLIC_PLENTY * rec.cells
+        assert f"finer than your {p} public rows" in rec.reason
+    else:
+        assert rec.cells < PUBLIC_FEW_CELLS and p >= PUBLIC_ENOUGH * rec.cells
+        assert "releasing nothing" in rec.reason and "coarse" in rec.reason
+
+
+def test_public_suffices_edges_and_monotone():
+    """The rule's two clauses at their edges; more public rows or fewer cells never turn
+    "nothing" into the synopsis; no public rows never suffice."""
+    from brace.budget.advice import (
+        PUBLIC_ENOUGH,
+        PUBLIC_FEW_CELLS,
+        PUBLIC_PLENTY,
+        public_suffices,
+    )
+
+    many = 2.0 * PUBLIC_FEW_CELLS
+    assert public_suffices(int(np.ceil(PUBLIC_PLENTY * many)), many)
+    assert not public_suffices(int(np.ceil(PUBLIC_PLENTY * many)) - 1, many)
+    few = PUBLIC_FEW_CELLS / 2.0
+    assert public_suffices(int(np.ceil(PUBLIC_ENOUGH * few)), few)
+    assert not public_suffices(int(np.ceil(PUBLIC_ENOUGH * few)) - 1, few)
+    assert not public_suffices(0, 0.0) and public_suffices(1, 0.0)
+    grid = [(p, c) for p in range(0, 400, 7) for c in np.linspace(0.0, 100.0, 41)]
+    for p, c in grid:
+        if public_suffices(p, c):
+            assert public_suffices(p + 1, c) and public_suffices(p, 0.9 * c)

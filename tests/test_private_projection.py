@@ -379,14 +379,17 @@ def test_audit_report_row_of_the_moments_release_passes_and_catches_broken_noise
 def test_recommend_advises_a_private_subspace_where_it_affords_more_cells():
     """The public rule: the synopsis without public seeds in the space (full or a private
     subspace) whose rounds afford more cells; against 50 public rows, the projected
-    synopsis on a 5,000 × 784 bank at ε = 4 and none at ε = 1 (docs/guide.md)."""
+    synopsis on a 5,000 × 784 bank at ε = 4 and none on 7,000 rows at ε = 1, a
+    coarse synopsis (docs/guide.md)."""
     X = np.zeros((5000, 784), dtype=np.float32)
     X[:, 0] = np.arange(5000) % 7
     four = PrivateMemory(X, radius=0.5, budget=(4.0, 1e-5), accounting="global")
     rec = four.recommend(1000, public_rows=50)
     assert rec.use == "snapshot" and rec.seeds == "private" and rec.project == "auto"
     assert "project='auto'" in rec.reason and rec.to_dict()["project"] == "auto"
-    one = PrivateMemory(X, radius=0.5, budget=(1.0, 1e-5), accounting="global")
+    seven = np.zeros((7000, 784), dtype=np.float32)
+    seven[:, 0] = np.arange(7000) % 7
+    one = PrivateMemory(seven, radius=0.5, budget=(1.0, 1e-5), accounting="global")
     assert one.recommend(1000, public_rows=50).use == "nothing"
     low = np.zeros((30_000, 64), dtype=np.float32)
     low[:, 0] = np.arange(30_000) % 7

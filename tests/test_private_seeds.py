@@ -435,9 +435,10 @@ def test_audit_report_row_of_the_voronoi_round_passes_and_catches_broken_noise(m
 
 def test_recommend_advises_a_synopsis_without_public_seeds_or_nothing():
     """The public rule: a synopsis without public seeds when it can afford at least two
-    cells and the user's public rows are fewer than PUBLIC_ENOUGH per cell; releasing
-    nothing when the public rows cover every such cell, or when no two cells fit."""
-    from brace.budget.advice import PUBLIC_ENOUGH
+    cells and the user's public rows do not suffice (``public_suffices``: here, with at
+    least PUBLIC_FEW_CELLS cells, fewer than PUBLIC_PLENTY per cell); releasing nothing
+    when they do, or when no two cells fit."""
+    from brace.budget.advice import PUBLIC_ENOUGH, PUBLIC_FEW_CELLS, PUBLIC_PLENTY
 
     X = np.random.default_rng(0).uniform(-1, 1, (3_000, 32))
     pm = PrivateMemory(X, radius=0.5, budget=(4.0, 1e-5), accounting="global")
@@ -445,7 +446,10 @@ def test_recommend_advises_a_synopsis_without_public_seeds_or_nothing():
     assert rec.use == "snapshot" and rec.seeds == "private" and "bounds" in rec.reason
     few = pm.recommend(1000, public_rows=10)
     assert few.use == "snapshot" and few.seeds == "private" and "10 public rows" in few.reason
-    many = pm.recommend(1000, public_rows=int(PUBLIC_ENOUGH * rec.cells) + 1)
+    assert rec.cells >= PUBLIC_FEW_CELLS  # so PUBLIC_ENOUGH per cell is not enough
+    some = pm.recommend(1000, public_rows=int(PUBLIC_ENOUGH * rec.cells) + 1)
+    assert some.use == "snapshot" and "fewer than 4 public rows per cell" in some.reason
+    many = pm.recommend(1000, public_rows=int(PUBLIC_PLENTY * rec.cells) + 1)
     assert many.use == "nothing" and "releasing nothing" in many.reason
     tiny = PrivateMemory(X[:300], radius=0.5, budget=(0.3, 1e-5), accounting="global")
     none = tiny.recommend(1000, public_seeds=False)
