@@ -37,13 +37,23 @@ The clusters are the connected components of the joins (a chain of tiles, whatev
 noise in their counts, is one component; two heavy clusters are joined only by a thick
 bridge between cells of comparable weight).
 
+**Chain joins** (:func:`chain_joins`, given the attractors; added to the joins above).
+A thin rod is tiled by a chain of cells, each bridged to its two neighbours by about half
+its rows; at ε = 1 the pair noise (``σ ≈ 26``) is a quarter of such a bridge and
+``L ≥ ratio·m`` cuts the chain. Where the attractors' **Gabriel graph** (no other
+attractor lies in the closed ball whose diameter is the pair's segment: only such pairs
+hold the segment's midpoint in their two cells) makes ``a, b`` neighbours, they are also
+joined when ``S_ab > z_c·σ`` (``z_c = 2.5``), ``S_ab ≥ ratio_c·max(m_a, m_b)``
+(``ratio_c = 0.25``, half a chain's bridge) and ``S_ab ≥ share_c·max(G_a, G_b)``
+(``share_c = 0.3``) with ``G_a`` the sum of ``max(S_ab, 0)`` over ``a``'s Gabriel
+neighbours: the bridge is a large part of both cells' boundaries, as in a chain or a
+sheet, not one of many alike (overlapping classes).
+
 **The second pass** (:func:`attach_labels`, given the attractors). The first pass judges
 one pair at a time, and a piece cut off a cluster — a tile bridged to several tiles of
 its cluster, each bridge thin — stays apart. The second pass judges components: with
 ``S_AB`` the sum of the noisy pair counts between components ``A`` and ``B`` over the
-pairs that are neighbours in the **Gabriel graph** of the attractors (no other attractor
-lies in the closed ball whose diameter is the pair's segment: only such pairs hold the
-segment's midpoint in their two cells), ``p_AB`` their number and ``M_A`` the sum of
+pairs that are Gabriel neighbours, ``p_AB`` their number and ``M_A`` the sum of
 ``A``'s noisy counts (at least 1), the bridge ``L_AB = S_AB − z·σ·√p_AB`` (a sum of
 ``p_AB`` counts, noise ``σ√p_AB``). Each component's partner ``B*`` is the one of largest
 ``L_AB`` among the heavier components (larger ``M``; equal: the lower number), its ratio
@@ -66,9 +76,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ATTACH_Q", "ATTACH_RATIO", "ATTACH_SPREAD", "MERGE_CONTRAST", "MERGE_RATIO",
-           "MERGE_SHARE", "MERGE_TILES", "MERGE_Z", "attach_labels", "gabriel_pairs",
-           "kmeans_labels", "merge_labels", "pair_matrix"]
+__all__ = ["ATTACH_Q", "ATTACH_RATIO", "ATTACH_SPREAD", "CHAIN_RATIO", "CHAIN_SHARE",
+           "CHAIN_Z", "MERGE_CONTRAST", "MERGE_RATIO", "MERGE_SHARE", "MERGE_TILES", "MERGE_Z",
+           "attach_labels", "chain_joins", "gabriel_pairs", "kmeans_labels", "merge_labels",
+           "pair_matrix"]
 
 MERGE_RATIO = 0.15
 MERGE_SHARE = 0.15
@@ -78,6 +89,9 @@ MERGE_TILES = 64  # above this many attractors, ratio and share scale by MERGE_T
 ATTACH_RATIO = 0.2  # the second pass: a component attaches when its bridge is >= this
 ATTACH_SPREAD = 3.0  # ... of its weight and >= this times the ratio below which the
 ATTACH_Q = 0.9  # components holding this fraction of the weight lie
+CHAIN_RATIO = 0.25  # a chain join: a Gabriel bridge >= this of the heavier cell,
+CHAIN_SHARE = 0.3  # >= this of both cells' Gabriel boundaries,
+CHAIN_Z = 2.5  # and above this many σ
 
 
 def pair_matrix(pairs: Any, k: int) -> np.ndarray:
@@ -203,15 +217,35 @@ def merge_labels(counts: Any, pairs: Any, sigma: float, *, ratio: float = MERGE_
     if k > 2:  # the bridge stands out from the pair's mean bridge to the others
         rest = np.maximum(T[:, None] - L, T[None, :] - L) / (k - 2)
         join &= L >= contrast * rest
+    A = None
+    if attractors is not None:
+        A = np.asarray(attractors, dtype=np.float64)
+        if A.ndim != 2 or A.shape[0] != k:
+            raise ValueError(f"attractors must be a (k, d) array for k = {k} counts; got "
+                             f"shape {A.shape}.")
+        join |= chain_joins(A, m, pairs, sigma)
     _, comp = connected_components(join, directed=False)
     lab = _number(comp)
-    if attractors is None:
+    if A is None:
         return lab
-    A = np.asarray(attractors, dtype=np.float64)
-    if A.ndim != 2 or A.shape[0] != k:
-        raise ValueError(f"attractors must be a (k, d) array for k = {k} counts; got shape "
-                         f"{A.shape}.")
     return attach_labels(A, m, pairs, sigma, lab, z=z)
+
+
+def chain_joins(attractors: Any, counts: Any, pairs: Any, sigma: float, *,
+                ratio: float = CHAIN_RATIO, share: float = CHAIN_SHARE,
+                z: float = CHAIN_Z) -> np.ndarray:
+    """``(K, K)`` bool: the chain joins of the module docstring — Gabriel neighbours
+    ``a, b`` with ``S_ab > z·σ``, ``S_ab ≥ ratio·max(m_a, m_b)`` and
+    ``S_ab ≥ share·max(G_a, G_b)``, ``G_a = Σ_{b Gabriel} max(S_ab, 0)``.
+    Post-processing of released values."""
+    m = np.asarray(counts, dtype=np.float64)
+    K = m.shape[0]
+    gab = gabriel_pairs(attractors)
+    S = pair_matrix(pairs, K)
+    G = np.where(gab, np.maximum(S, 0.0), 0.0).sum(axis=1)
+    big = np.maximum(m[:, None], m[None, :])
+    return (gab & (S > z * float(sigma)) & (S >= ratio * big)
+            & (S >= share * np.maximum(G[:, None], G[None, :])))
 
 
 def kmeans_labels(points: Any, weights: Any, k: int, *, restarts: int = 8,
