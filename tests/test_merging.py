@@ -236,6 +236,13 @@ def test_pair_matrix_checks_its_length():
         mg.pair_matrix([1.0, 2.0], 3)
     with pytest.raises(ValueError, match="sigma must be"):
         mg.merge_labels([1.0, 2.0], [1.0], float("nan"))
+    A = np.zeros((3, 2))
+    with pytest.raises(ValueError, match="attractors must be"):
+        mg.merge_labels([1.0, 2.0, 3.0], [1.0, 1.0, 1.0], 1.0, attractors=np.zeros((2, 2)))
+    with pytest.raises(ValueError, match="sigma must be"):
+        mg.attach_labels(A, [1.0, 2.0, 3.0], [1.0] * 3, -1.0, [0, 1, 2])
+    with pytest.raises(ValueError, match="labels must"):
+        mg.attach_labels(A, [1.0, 2.0, 3.0], [1.0] * 3, 1.0, [0, 1])
 
 
 def test_a_saved_synopsis_checks_its_pair_counts():

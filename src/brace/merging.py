@@ -113,6 +113,15 @@ def _number(comp: np.ndarray) -> np.ndarray:
     return np.array([first.setdefault(int(g), len(first)) for g in comp], dtype=np.int64)
 
 
+def _check_attach_args(attractors: Any, k: int, sigma: float) -> None:
+    A = np.asarray(attractors, dtype=np.float64)
+    if A.ndim != 2 or A.shape[0] != k:
+        raise ValueError(f"attractors must be a (k, d) array for k = {k} counts; got shape "
+                         f"{A.shape}.")
+    if not (math.isfinite(sigma) and sigma >= 0):
+        raise ValueError(f"sigma must be finite and >= 0; got {sigma!r}.")
+
+
 def gabriel_pairs(attractors: Any) -> np.ndarray:
     """``(K, K)`` bool: the Gabriel graph of the attractors — ``a ≠ b`` adjacent when
     every other attractor ``c`` has ``‖c − (a+b)/2‖² > ‖a − b‖²/4`` (post-processing of
@@ -152,7 +161,11 @@ def attach_labels(attractors: Any, counts: Any, pairs: Any, sigma: float,
 
     m = np.asarray(counts, dtype=np.float64)
     K = m.shape[0]
+    _check_attach_args(attractors, K, sigma)
     lab = _number(np.asarray(labels, dtype=np.int64))
+    if lab.shape != (K,):
+        raise ValueError(f"labels must hold one label per attractor ({K}); got shape "
+                         f"{lab.shape}.")
     if K < 2:
         return lab
     gab = gabriel_pairs(attractors)
@@ -219,10 +232,8 @@ def merge_labels(counts: Any, pairs: Any, sigma: float, *, ratio: float = MERGE_
         join &= L >= contrast * rest
     A = None
     if attractors is not None:
+        _check_attach_args(attractors, k, sigma)
         A = np.asarray(attractors, dtype=np.float64)
-        if A.ndim != 2 or A.shape[0] != k:
-            raise ValueError(f"attractors must be a (k, d) array for k = {k} counts; got "
-                             f"shape {A.shape}.")
         join |= chain_joins(A, m, pairs, sigma)
     _, comp = connected_components(join, directed=False)
     lab = _number(comp)
