@@ -436,7 +436,8 @@ class Synopsis:
 
         Without ``k``: the attractors merged by the released pair counts
         (``params["pairs"]``, a synopsis without public data:
-        ``docs/privacy-accounting.md`` §15.2, :func:`brace.merging.merge_labels`); a
+        ``docs/privacy-accounting.md`` §15.2, :func:`brace.merging.merge_labels`, then
+        the second pass over the Gabriel graph of the attractors); a
         synopsis without them (public seeds, or saved before §15.2) keeps each attractor
         its own cluster. With ``k`` (the number of clusters, if you know it): weighted
         k-means of the attractors to ``min(k, K)`` groups
@@ -452,7 +453,8 @@ class Synopsis:
         pairs = self.params.get("pairs")
         if pairs is None:
             return np.arange(K, dtype=np.int64)
-        return merge_labels(self.counts, pairs, float(self.params["pairs_sigma"]))
+        return merge_labels(self.counts, pairs, float(self.params["pairs_sigma"]),
+                            attractors=self.attractors)
 
     def cluster(self, points: Any, k: int | None = None) -> np.ndarray:
         """``(n,)`` int: the cluster (:meth:`clusters`) of each point's nearest attractor.
