@@ -322,10 +322,10 @@ def figure(out: dict[str, Any], methods, eps_list, path: str) -> None:
                 if v:
                     ax.axhline(np.mean(v["ari"]), ls=":", c="k", label=METHODS[m][1])
                 continue
-            ys = [np.mean(out[shape]["results"][f"{m}@{e:g}"]["ari"]) for e in eps_list
-                  if f"{m}@{e:g}" in out[shape]["results"]]
-            if ys:
-                ax.plot(eps_list[:len(ys)], ys, marker="o", label=METHODS[m][1],
+            have = [e for e in eps_list if f"{m}@{e:g}" in out[shape]["results"]]
+            ys = [np.mean(out[shape]["results"][f"{m}@{e:g}"]["ari"]) for e in have]
+            if ys:  # the ε this method was run at (runs merged from several files)
+                ax.plot(have, ys, marker="o", label=METHODS[m][1],
                         c=f"C{i % 10}", lw=2.5 if m == "synopsis" else 1)
         ax.set_xscale("log")
         ax.set_xticks(eps_list, [f"{e:g}" for e in eps_list])
