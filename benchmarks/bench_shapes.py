@@ -347,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="smaller n, 1 seed")
     p.add_argument("--shapes", nargs="*", default=list(SHAPES))
-    p.add_argument("--eps", nargs="*", type=float, default=[1.0, 4.0])
+    p.add_argument("--eps", nargs="*", type=float, default=None,
+                   help="total ε (default 1 4; with --merge: every ε the files hold)")
     p.add_argument("--seeds", type=int, default=None)
     p.add_argument("--methods", nargs="*", default=list(METHODS))
     p.add_argument("--json", default=None)
@@ -362,14 +363,19 @@ def main(argv: list[str] | None = None) -> int:
 
     if a.merge:
         out: dict[str, Any] = {}
+        seen: set[float] = set()
         for f in a.merge:  # later files replace the rows they hold
             with open(f) as fh:
-                for shape, r in json.load(fh)["results"].items():
+                data = json.load(fh)
+                seen.update(data.get("eps", []))
+                for shape, r in data["results"].items():
                     if shape in out:
                         out[shape]["results"].update(r["results"])
                     else:
                         out[shape] = r
+        a.eps = a.eps or sorted(seen) or [1.0, 4.0]
     else:
+        a.eps = a.eps or [1.0, 4.0]
         import peers_dp
 
         why = peers_dp.diffprivlib_unavailable() if "diffprivlib" in a.methods else None

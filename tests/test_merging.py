@@ -243,6 +243,21 @@ def test_pair_matrix_checks_its_length():
         mg.attach_labels(A, [1.0, 2.0, 3.0], [1.0] * 3, -1.0, [0, 1, 2])
     with pytest.raises(ValueError, match="labels must"):
         mg.attach_labels(A, [1.0, 2.0, 3.0], [1.0] * 3, 1.0, [0, 1])
+    with pytest.raises(ValueError, match="labels must"):
+        mg.attach_labels(A, [1.0, 2.0, 3.0], [1.0] * 3, 1.0, [[0, 1, 2]])
+    with pytest.raises(ValueError, match="pairs must hold"):
+        mg.pair_matrix([1.0, float("nan"), 2.0], 3)
+    with pytest.raises(ValueError, match="counts must be"):
+        mg.merge_labels([1.0, float("inf"), 3.0], [1.0] * 3, 1.0)
+    with pytest.raises(ValueError, match="attractors must be"):
+        mg.merge_labels([1.0, 2.0, 3.0], [1.0] * 3, 1.0, attractors=np.full((3, 2), np.nan))
+    with pytest.raises(ValueError, match="attractors must be"):
+        mg.chain_joins(np.zeros((3, 0)), [1.0, 2.0, 3.0], [1.0] * 3, 1.0)
+    with pytest.raises(ValueError, match="sigma must be"):
+        mg.chain_joins(A, [1.0, 2.0, 3.0], [1.0] * 3, float("nan"))
+    # negative noisy counts (a keep_seeds synopsis) count as 1, as in the first pass
+    assert not mg.chain_joins(np.array([[0.0], [1.0], [2.0]]), [-50.0, -60.0, -70.0],
+                              [0.1, 0.0, 0.1], 0.01).any()
 
 
 def test_a_saved_synopsis_checks_its_pair_counts():
@@ -310,6 +325,14 @@ def test_gabriel_pairs_match_a_slow_reference():
     g = mg.gabriel_pairs(line)
     assert g.sum() == 10 and all(g[i, i + 1] for i in range(5))
     assert mg.gabriel_pairs(np.zeros((1, 3))).shape == (1, 1)
+    # the ball is closed: a square's diagonals are not neighbours (the other corners lie
+    # on the ball's boundary); duplicates and ties on grids match the reference
+    sq = np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
+    g = mg.gabriel_pairs(sq)
+    assert g.sum() == 8 and not g[0, 2] and not g[1, 3]
+    for _ in range(20):
+        A = rng.integers(0, 3, (int(rng.integers(3, 12)), 2)).astype(float)
+        np.testing.assert_array_equal(mg.gabriel_pairs(A), _gabriel_slow(A))
 
 
 def _piece_bank():
@@ -340,8 +363,26 @@ def test_second_pass_attaches_a_piece_bridged_to_several_tiles():
     S2[2, 4] = S2[4, 2] = S2[3, 4] = S2[4, 3] = 15.0
     lab = mg.merge_labels(m, S2[np.triu_indices(8, 1)], sigma=1.0, attractors=A)
     assert lab[4] not in (lab[0], lab[5])
-    # the noise margin is the bridge's: z·σ·√p (σ = 8: 50 − 2·8·√2 < 0.2·200)
+    # the noise margin is the bridge's: z·σ·√p with p = 2 Gabriel pairs, against
+    # attach·M = 40 — σ = 3: 50 − 2·3·√2 ≥ 40 (a margin z·σ·p would be 38: apart);
+    # σ = 4: 50 − 2·4·√2 < 40 (a margin z·σ would be 42: attached); σ = 8: far below
+    assert mg.merge_labels(m, v, sigma=3.0, attractors=A)[4] == 0
+    assert mg.merge_labels(m, v, sigma=4.0, attractors=A)[4] != 0
     assert mg.merge_labels(m, v, sigma=8.0, attractors=A)[4] != 0
+
+
+def test_second_pass_repeats_until_none_attaches():
+    """A piece that attaches only to the union of a cluster and another piece: the pass
+    repeats, its threshold fixed after the first round."""
+    A = np.array([[0.0, 0.0], [1.0, 0.6], [1.0, -0.6], [10.0, 0.0]])  # X, B, C, far Y
+    m = np.array([2000.0, 200.0, 100.0, 3000.0])
+    S = np.zeros((4, 4))
+    S[0, 1], S[0, 2], S[1, 2] = 30.0, 40.0, 20.0
+    S = S + S.T
+    # round 1: C (40 − 2 of 100) joins X; B (28/200 < 0.2 to X alone) joins X ∪ C in
+    # round 2 (30 + 20 − 2·√2 of 200)
+    lab = mg.attach_labels(A, m, S[np.triu_indices(4, 1)], 1.0, np.arange(4))
+    np.testing.assert_array_equal(lab, [0, 0, 0, 1])
 
 
 def test_second_pass_reads_only_gabriel_pairs():

@@ -64,9 +64,11 @@ components holding a fraction ``q`` of the total weight lie; ``attach = 0.2``,
 ``spread = 3``, ``q = 0.9``): a piece sends a fifth of its weight across its bridge, and
 three times what the bulk of this synopsis's weight sends — where classes overlap
 (MNIST) every component sends much and few attach; light pieces, however many, do not
-move the quantile. Only the lighter side attaches, so a light cell
-of background rows never joins two clusters; the attachments' connected components are
-the new components, and the pass repeats (``τ`` fixed) until none attaches.
+move the quantile. Only the lighter side attaches: a light cell of background rows
+attaches to one cluster, and joins a second only if that cluster's own bridge to the
+first (the cell's included) is a ratio ``≥ τ`` of its weight; the attachments'
+connected components are the new components, and the pass repeats (``τ`` fixed) until
+none attaches.
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ ATTACH_Q = 0.9  # components holding this fraction of the weight lie
 CHAIN_RATIO = 0.25  # a chain join: a Gabriel bridge >= this of the heavier cell,
 CHAIN_SHARE = 0.3  # >= this of both cells' Gabriel boundaries,
 CHAIN_Z = 2.5  # and above this many σ
+_PAIR_BLOCK = 4096  # pairs of attractors per block of the Gabriel graph
 
 
 def pair_matrix(pairs: Any, k: int) -> np.ndarray:
@@ -99,9 +102,9 @@ def pair_matrix(pairs: Any, k: int) -> np.ndarray:
     (``triu_indices(k, 1)`` order, :func:`brace.seeding.pair_index`); 0 on the
     diagonal."""
     v = np.asarray(pairs, dtype=np.float64)
-    if v.shape != (k * (k - 1) // 2,):
-        raise ValueError(f"pairs must hold k(k-1)/2 = {k * (k - 1) // 2} counts for "
-                         f"k = {k} attractors; got shape {v.shape}.")
+    if v.shape != (k * (k - 1) // 2,) or not np.all(np.isfinite(v)):
+        raise ValueError(f"pairs must hold k(k-1)/2 = {k * (k - 1) // 2} finite counts "
+                         f"for k = {k} attractors; got shape {v.shape}.")
     S = np.zeros((k, k))
     iu = np.triu_indices(k, 1)
     S[iu] = v
@@ -115,9 +118,9 @@ def _number(comp: np.ndarray) -> np.ndarray:
 
 def _check_attach_args(attractors: Any, k: int, sigma: float) -> None:
     A = np.asarray(attractors, dtype=np.float64)
-    if A.ndim != 2 or A.shape[0] != k:
-        raise ValueError(f"attractors must be a (k, d) array for k = {k} counts; got shape "
-                         f"{A.shape}.")
+    if A.ndim != 2 or A.shape[0] != k or A.shape[1] < 1 or not np.all(np.isfinite(A)):
+        raise ValueError(f"attractors must be a finite (k, d) array, d >= 1, for k = {k} "
+                         f"counts; got shape {A.shape}.")
     if not (math.isfinite(sigma) and sigma >= 0):
         raise ValueError(f"sigma must be finite and >= 0; got {sigma!r}.")
 
@@ -133,42 +136,46 @@ def gabriel_pairs(attractors: Any) -> np.ndarray:
     G = np.zeros((K, K), dtype=bool)
     if K < 2:
         return G
-    i, j = np.triu_indices(K, 1)
-    mid = 0.5 * (A[i] + A[j])
-    half2 = 0.25 * ((A[i] - A[j]) ** 2).sum(axis=1)
     if K == 2:
         G[0, 1] = G[1, 0] = True
         return G
-    _, nn = cKDTree(A).query(mid, k=3)  # the nearest attractor other than a and b
-    other = np.where(nn[:, 0] != i, np.where(nn[:, 0] != j, nn[:, 0], -1), -1)
-    for col in (1, 2):
-        c = nn[:, col]
-        other = np.where((other < 0) & (c != i) & (c != j), c, other)
-    ok = ((A[other] - mid) ** 2).sum(axis=1) > half2
-    G[i[ok], j[ok]] = True
+    tree = cKDTree(A)
+    I, J = np.triu_indices(K, 1)
+    for s in range(0, I.size, _PAIR_BLOCK):  # O(block·d) memory, not O(K²·d)
+        i, j = I[s:s + _PAIR_BLOCK], J[s:s + _PAIR_BLOCK]
+        mid = 0.5 * (A[i] + A[j])
+        half2 = 0.25 * ((A[i] - A[j]) ** 2).sum(axis=1)
+        _, nn = tree.query(mid, k=3)  # the nearest attractor other than a and b
+        other = np.where((nn[:, 0] != i) & (nn[:, 0] != j), nn[:, 0], -1)
+        for col in (1, 2):
+            c = nn[:, col]
+            other = np.where((other < 0) & (c != i) & (c != j), c, other)
+        G[i, j] = ((A[other] - mid) ** 2).sum(axis=1) > half2
     return G | G.T
 
 
 def attach_labels(attractors: Any, counts: Any, pairs: Any, sigma: float,
                   labels: Any, *, attach: float = ATTACH_RATIO,
                   spread: float = ATTACH_SPREAD, q: float = ATTACH_Q,
-                  z: float = MERGE_Z) -> np.ndarray:
+                  z: float = MERGE_Z, gabriel: Any = None) -> np.ndarray:
     """``(K,)`` int: the second pass of the module docstring — the components ``labels``
     (the first pass's) joined where a lighter one sends ``ρ ≥ τ`` of its weight across
     its Gabriel bridge to its partner; clusters numbered by their first attractor.
+    ``gabriel``: the attractors' :func:`gabriel_pairs`, if already computed.
     Post-processing of released values."""
     from scipy.sparse.csgraph import connected_components
 
     m = np.asarray(counts, dtype=np.float64)
     K = m.shape[0]
     _check_attach_args(attractors, K, sigma)
-    lab = _number(np.asarray(labels, dtype=np.int64))
+    lab = np.asarray(labels, dtype=np.int64)
     if lab.shape != (K,):
         raise ValueError(f"labels must hold one label per attractor ({K}); got shape "
                          f"{lab.shape}.")
+    lab = _number(lab)
     if K < 2:
         return lab
-    gab = gabriel_pairs(attractors)
+    gab = gabriel_pairs(attractors) if gabriel is None else np.asarray(gabriel, dtype=bool)
     S = np.where(gab, pair_matrix(pairs, K), 0.0)
     P = gab.astype(np.float64)
     tau = None
@@ -216,6 +223,8 @@ def merge_labels(counts: Any, pairs: Any, sigma: float, *, ratio: float = MERGE_
     from scipy.sparse.csgraph import connected_components
 
     m = np.asarray(counts, dtype=np.float64)
+    if m.ndim != 1 or not np.all(np.isfinite(m)):
+        raise ValueError(f"counts must be k finite numbers; got shape {m.shape}.")
     k = m.shape[0]
     if not (math.isfinite(sigma) and sigma >= 0):
         raise ValueError(f"sigma must be finite and >= 0; got {sigma!r}.")
@@ -234,27 +243,32 @@ def merge_labels(counts: Any, pairs: Any, sigma: float, *, ratio: float = MERGE_
     if attractors is not None:
         _check_attach_args(attractors, k, sigma)
         A = np.asarray(attractors, dtype=np.float64)
-        join |= chain_joins(A, m, pairs, sigma)
+        gab = gabriel_pairs(A)
+        join |= chain_joins(A, m, pairs, sigma, gabriel=gab)
     _, comp = connected_components(join, directed=False)
     lab = _number(comp)
     if A is None:
         return lab
-    return attach_labels(A, m, pairs, sigma, lab, z=z)
+    return attach_labels(A, m, pairs, sigma, lab, z=z, gabriel=gab)
 
 
 def chain_joins(attractors: Any, counts: Any, pairs: Any, sigma: float, *,
                 ratio: float = CHAIN_RATIO, share: float = CHAIN_SHARE,
-                z: float = CHAIN_Z) -> np.ndarray:
+                z: float = CHAIN_Z, gabriel: Any = None) -> np.ndarray:
     """``(K, K)`` bool: the chain joins of the module docstring — Gabriel neighbours
     ``a, b`` with ``S_ab > z·σ``, ``S_ab ≥ ratio·max(m_a, m_b)`` and
-    ``S_ab ≥ share·max(G_a, G_b)``, ``G_a = Σ_{b Gabriel} max(S_ab, 0)``.
-    Post-processing of released values."""
+    ``S_ab ≥ share·max(G_a, G_b)``, ``G_a = Σ_{b Gabriel} max(S_ab, 0)``, ``m`` at least
+    1 as in the first pass (``gabriel``: the attractors' :func:`gabriel_pairs`, if
+    already computed). Post-processing of released values."""
     m = np.asarray(counts, dtype=np.float64)
+    if m.ndim != 1 or not np.all(np.isfinite(m)):
+        raise ValueError(f"counts must be k finite numbers; got shape {m.shape}.")
     K = m.shape[0]
-    gab = gabriel_pairs(attractors)
+    _check_attach_args(attractors, K, sigma)
+    gab = gabriel_pairs(attractors) if gabriel is None else np.asarray(gabriel, dtype=bool)
     S = pair_matrix(pairs, K)
     G = np.where(gab, np.maximum(S, 0.0), 0.0).sum(axis=1)
-    big = np.maximum(m[:, None], m[None, :])
+    big = np.maximum(np.maximum(m[:, None], m[None, :]), 1.0)
     return (gab & (S > z * float(sigma)) & (S >= ratio * big)
             & (S >= share * np.maximum(G[:, None], G[None, :])))
 
