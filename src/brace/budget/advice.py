@@ -67,7 +67,8 @@ RECOMMEND_GATE = 32.0
 #: data alone) is advised where the synopsis without public seeds affords ``cells = n/m*``
 #: with ``p ≥ PUBLIC_PLENTY · cells``, or ``cells < PUBLIC_FEW_CELLS`` and
 #: ``p ≥ PUBLIC_ENOUGH · cells``; fitted to the 33 measured comparisons of a public sample
-#: with that synopsis (``docs/benchmarks.md``, "When private pays": 31 agree)
+#: with that synopsis (``docs/benchmarks.md``, "When private pays": 31 agreed when fitted,
+#: 30 on the re-run of 2026-12-05)
 PUBLIC_ENOUGH = 1.75
 PUBLIC_FEW_CELLS = 24.0
 PUBLIC_PLENTY = 4.0
@@ -111,12 +112,12 @@ def public_suffices(public_rows: int, cells: float) -> bool:
     Between (24 cells or more, fewer than four public rows per cell) the synopsis: the
     public sample misses clusters of a few of its rows (a share below ``t/p``, ``t`` the
     rows its clustering needs) that the synopsis resolves. Fitted to the 33 measured
-    comparisons (``docs/benchmarks.md``, "When private pays": 31 agree; MNIST-784 on
-    5,000 rows at ε = 1, 2 do not, and no rule monotone in ``p`` and ``cells`` gets all
-    of its crossover cases right). No case with 24 cells or more and over 3.45 public
-    rows per cell was measured: there the first clause is the earlier rule's reasoning
-    (public rows in every cluster the synopsis resolves) with more rows, not a
-    measurement."""
+    comparisons (``docs/benchmarks.md``, "When private pays": 30 agree; MNIST-784 on
+    5,000 rows at ε = 1, 2 and the 10,000-row synthetic bank do not, and no rule
+    monotone in ``p`` and ``cells`` gets all of its crossover cases right). No case with
+    24 cells or more and over 3.45 public rows per cell was measured: there the first
+    clause is the earlier rule's reasoning (public rows in every cluster the synopsis
+    resolves) with more rows, not a measurement."""
     p = float(public_rows)
     return p > 0 and (p >= PUBLIC_PLENTY * cells
                       or (cells < PUBLIC_FEW_CELLS and p >= PUBLIC_ENOUGH * cells))
