@@ -411,9 +411,10 @@ def test_second_pass_does_not_attach_where_every_component_sends_much():
     assert np.unique(mg.attach_labels(A, m, v, 1.0, first, spread=0.0)).size == 1
 
 
-def test_second_pass_light_cells_never_join_two_clusters():
+def test_second_pass_a_light_cell_between_two_clusters_attaches_to_one():
     # heavy clusters 0 and 2, a light cell 1 between them, thickly bridged to both:
-    # it attaches to one (the lighter side attaches), the heavy ones stay apart
+    # it attaches to one (the lighter side attaches), the heavy ones stay apart (then the
+    # lighter component {0, 1} sends 45 − 2 of its 1,060 to cluster 2: below attach)
     A = np.array([[0.0, 0.0], [1.0, 0.0], [2.0, 0.0]])
     m = np.array([1000.0, 60.0, 1100.0])
     S = np.array([[0, 50, 0], [50, 0, 45], [0, 45, 0]], dtype=float)

@@ -116,6 +116,13 @@ def _number(comp: np.ndarray) -> np.ndarray:
     return np.array([first.setdefault(int(g), len(first)) for g in comp], dtype=np.int64)
 
 
+def _counts(counts: Any) -> np.ndarray:
+    m = np.asarray(counts, dtype=np.float64)
+    if m.ndim != 1 or not np.all(np.isfinite(m)):
+        raise ValueError(f"counts must be k finite numbers; got shape {m.shape}.")
+    return m
+
+
 def _check_attach_args(attractors: Any, k: int, sigma: float) -> None:
     A = np.asarray(attractors, dtype=np.float64)
     if A.ndim != 2 or A.shape[0] != k or A.shape[1] < 1 or not np.all(np.isfinite(A)):
@@ -165,7 +172,7 @@ def attach_labels(attractors: Any, counts: Any, pairs: Any, sigma: float,
     Post-processing of released values."""
     from scipy.sparse.csgraph import connected_components
 
-    m = np.asarray(counts, dtype=np.float64)
+    m = _counts(counts)
     K = m.shape[0]
     _check_attach_args(attractors, K, sigma)
     lab = np.asarray(labels, dtype=np.int64)
@@ -222,9 +229,7 @@ def merge_labels(counts: Any, pairs: Any, sigma: float, *, ratio: float = MERGE_
     Post-processing of released values."""
     from scipy.sparse.csgraph import connected_components
 
-    m = np.asarray(counts, dtype=np.float64)
-    if m.ndim != 1 or not np.all(np.isfinite(m)):
-        raise ValueError(f"counts must be k finite numbers; got shape {m.shape}.")
+    m = _counts(counts)
     k = m.shape[0]
     if not (math.isfinite(sigma) and sigma >= 0):
         raise ValueError(f"sigma must be finite and >= 0; got {sigma!r}.")
@@ -260,9 +265,7 @@ def chain_joins(attractors: Any, counts: Any, pairs: Any, sigma: float, *,
     ``S_ab ≥ share·max(G_a, G_b)``, ``G_a = Σ_{b Gabriel} max(S_ab, 0)``, ``m`` at least
     1 as in the first pass (``gabriel``: the attractors' :func:`gabriel_pairs`, if
     already computed). Post-processing of released values."""
-    m = np.asarray(counts, dtype=np.float64)
-    if m.ndim != 1 or not np.all(np.isfinite(m)):
-        raise ValueError(f"counts must be k finite numbers; got shape {m.shape}.")
+    m = _counts(counts)
     K = m.shape[0]
     _check_attach_args(attractors, K, sigma)
     gab = gabriel_pairs(attractors) if gabriel is None else np.asarray(gabriel, dtype=bool)

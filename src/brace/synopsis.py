@@ -436,8 +436,9 @@ class Synopsis:
 
         Without ``k``: the attractors merged by the released pair counts
         (``params["pairs"]``, a synopsis without public data:
-        ``docs/privacy-accounting.md`` §15.2, :func:`brace.merging.merge_labels`, then
-        the second pass over the Gabriel graph of the attractors); a
+        ``docs/privacy-accounting.md`` §15.2, :func:`brace.merging.merge_labels`: the
+        pair-by-pair joins and the chain joins, then the second pass, both over the
+        Gabriel graph of the attractors); a
         synopsis without them (public seeds, or saved before §15.2) keeps each attractor
         its own cluster. With ``k`` (the number of clusters, if you know it): weighted
         k-means of the attractors to ``min(k, K)`` groups
