@@ -217,6 +217,50 @@ def test_the_clusters_are_a_function_of_the_released_synopsis_alone():
     np.testing.assert_array_equal(none.clusters(), np.arange(k))
 
 
+def test_clusters_are_computed_once_per_k_and_follow_changed_pair_counts(monkeypatch):
+    """``cluster(points)`` reuses the merge (computed once per ``k``); a caller who
+    changes ``params["pairs"]`` in place gets the merge of the new counts, and mutating a
+    returned array changes nothing."""
+    rng = np.random.default_rng(5)
+    X = np.clip(rng.uniform(-0.5, 0.5, (8, 6))[np.arange(2000) % 8]
+                + 0.05 * rng.standard_normal((2000, 6)), -1, 1)
+    syn = brace.private_synopsis(X, epsilon=2.0, delta=1e-5, bounds=(-1, 1), seed=0)
+    calls = {"merge": 0, "kmeans": 0}
+    real_merge, real_kmeans = mg.merge_labels, mg.kmeans_labels
+
+    def merge(*a, **kw):
+        calls["merge"] += 1
+        return real_merge(*a, **kw)
+
+    def kmeans(*a, **kw):
+        calls["kmeans"] += 1
+        return real_kmeans(*a, **kw)
+
+    monkeypatch.setattr(mg, "merge_labels", merge)
+    monkeypatch.setattr(mg, "kmeans_labels", kmeans)
+    first = syn.clusters()
+    for _ in range(3):
+        np.testing.assert_array_equal(syn.cluster(X), first[syn.assign(X)])
+    syn.clusters(k=2)
+    syn.clusters(k=2)
+    assert calls == {"merge": 1, "kmeans": 1}
+    out = syn.clusters()
+    out[:] = 99  # a caller's copy
+    np.testing.assert_array_equal(syn.clusters(), first)
+    k = syn.n_attractors
+    chain = np.zeros((k, k))
+    for i in range(k - 1):
+        chain[i, i + 1] = 1e9
+    syn.params["pairs"] = chain[np.triu_indices(k, 1)].tolist()  # changed in place
+    assert np.unique(syn.clusters()).size == 1 < np.unique(first).size
+    assert calls["merge"] == 2
+    # a copy (dataclasses.replace) starts without the memo
+    back = dataclasses.replace(syn)
+    back.clusters()
+    assert calls["merge"] == 3
+    assert "_memo" not in syn.to_dict() and "_memo" not in repr(syn)
+
+
 def test_k_groups_the_attractors_into_k_clusters_and_checks_k():
     rng = np.random.default_rng(6)
     X = np.clip(rng.uniform(-0.5, 0.5, (6, 5))[np.arange(3000) % 6]

@@ -377,6 +377,13 @@ def _check_pairs(params: dict[str, Any], k: int) -> None:
                          f">= 0; got {sigma!r}.")
 
 
+def _same_key(a: tuple, b: tuple) -> bool:
+    """Whether two :meth:`Synopsis.clusters` memo keys ``(k, pairs, σ)`` are equal."""
+    if a[0] != b[0] or a[2] != b[2] or (a[1] is None) != (b[1] is None):
+        return False
+    return a[1] is None or (a[1].shape == b[1].shape and bool(np.array_equal(a[1], b[1])))
+
+
 @dataclasses.dataclass(frozen=True)
 class Synopsis:
     """A private synopsis of an LSR memory (:meth:`brace.PrivateMemory.snapshot`).
@@ -414,6 +421,10 @@ class Synopsis:
     seed_delta: float
     cell_rho: float
     params: dict[str, Any]
+    # clusters() computed once per k (post-processing of released values; not a field of
+    # the release: not printed, compared or saved)
+    _memo: dict[Any, Any] = dataclasses.field(default_factory=dict, init=False,
+                                              repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("attractors", "counts", "seeds", "endpoints"):
@@ -442,7 +453,9 @@ class Synopsis:
         synopsis without them (public seeds, or saved before §15.2) keeps each attractor
         its own cluster. With ``k`` (the number of clusters, if you know it): weighted
         k-means of the attractors to ``min(k, K)`` groups
-        (:func:`brace.merging.kmeans_labels`)."""
+        (:func:`brace.merging.kmeans_labels`). Computed once per ``k`` and reused by
+        :meth:`cluster` (recomputed if ``params["pairs"]`` was changed since); each call
+        returns its own copy."""
         from .merging import kmeans_labels, merge_labels
 
         K = self.n_attractors
@@ -450,12 +463,29 @@ class Synopsis:
             if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
                 raise ValueError(f"k must be an int >= 1 (the number of clusters); got "
                                  f"{k!r}.")
-            return kmeans_labels(self.attractors, self.counts, int(k))
+            k = int(k)
         pairs = self.params.get("pairs")
-        if pairs is None:
-            return np.arange(K, dtype=np.int64)
-        return merge_labels(self.counts, pairs, float(self.params["pairs_sigma"]),
-                            attractors=self.attractors)
+        sigma = self.params.get("pairs_sigma")
+        # computed once per k; ``params`` is a dict, so the memo holds the pair counts
+        # it was computed from and is recomputed if they were changed since
+        try:
+            key = (k, None if pairs is None else np.array(pairs, dtype=np.float64),
+                   None if sigma is None else float(sigma))
+        except (TypeError, ValueError):
+            key = None  # not numbers: merge_labels below names the error
+        hit = self._memo.get(k)
+        if key is not None and hit is not None and _same_key(hit[0], key):
+            return hit[1].copy()
+        if k is not None:
+            labels = kmeans_labels(self.attractors, self.counts, k)
+        elif pairs is None:
+            labels = np.arange(K, dtype=np.int64)
+        else:
+            labels = merge_labels(self.counts, pairs, float(sigma),
+                                  attractors=self.attractors)
+        if key is not None:
+            self._memo[k] = (key, labels.copy())
+        return labels
 
     def cluster(self, points: Any, k: int | None = None) -> np.ndarray:
         """``(n,)`` int: the cluster (:meth:`clusters`) of each point's nearest attractor.
