@@ -259,6 +259,10 @@ def test_clusters_are_computed_once_per_k_and_follow_changed_pair_counts(monkeyp
     back.clusters()
     assert calls["merge"] == 3
     assert "_memo" not in syn.to_dict() and "_memo" not in repr(syn)
+    bad = dataclasses.replace(syn, params={k_: v for k_, v in syn.params.items()
+                                           if k_ != "pairs_sigma"})
+    with pytest.raises(ValueError, match="no 'pairs_sigma'"):
+        bad.clusters()
 
 
 def test_k_groups_the_attractors_into_k_clusters_and_checks_k():

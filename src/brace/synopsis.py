@@ -480,6 +480,9 @@ class Synopsis:
             labels = kmeans_labels(self.attractors, self.counts, k)
         elif pairs is None:
             labels = np.arange(K, dtype=np.int64)
+        elif sigma is None:
+            raise ValueError("params holds 'pairs' but no 'pairs_sigma' (their noise std): "
+                             "not a synopsis written by snapshot().")
         else:
             labels = merge_labels(self.counts, pairs, float(sigma),
                                   attractors=self.attractors)
