@@ -377,13 +377,6 @@ def _check_pairs(params: dict[str, Any], k: int) -> None:
                          f">= 0; got {sigma!r}.")
 
 
-def _same_key(a: tuple, b: tuple) -> bool:
-    """Whether two :meth:`Synopsis.clusters` memo keys ``(k, pairs, σ)`` are equal."""
-    if a[0] != b[0] or a[2] != b[2] or (a[1] is None) != (b[1] is None):
-        return False
-    return a[1] is None or (a[1].shape == b[1].shape and bool(np.array_equal(a[1], b[1])))
-
-
 @dataclasses.dataclass(frozen=True)
 class Synopsis:
     """A private synopsis of an LSR memory (:meth:`brace.PrivateMemory.snapshot`).
@@ -469,12 +462,12 @@ class Synopsis:
         # computed once per k; ``params`` is a dict, so the memo holds the pair counts
         # it was computed from and is recomputed if they were changed since
         try:
-            key = (k, None if pairs is None else np.array(pairs, dtype=np.float64),
+            key = (None if pairs is None else np.asarray(pairs, dtype=np.float64).tobytes(),
                    None if sigma is None else float(sigma))
         except (TypeError, ValueError):
             key = None  # not numbers: merge_labels below names the error
         hit = self._memo.get(k)
-        if key is not None and hit is not None and _same_key(hit[0], key):
+        if key is not None and hit is not None and hit[0] == key:
             return hit[1].copy()
         if k is not None:
             labels = kmeans_labels(self.attractors, self.counts, k)
