@@ -32,7 +32,7 @@ classes, mean over seeds):
   points above 2 σ, two rounds with the rest;
 * ``ceiling``: the public starts with the *whole* budget ``ρ`` on the rounds and the
   exact subspace for free (not achievable: the subspace and the scales cost budget),
-  three and five rounds: an upper bound for the synopsis's rounds from public starts.
+  three and five rounds: what the rounds from public starts reach at best here.
 
 Usage: ``python benchmarks/digits_starts.py [--seeds 20]`` (about 3 s).
 """
